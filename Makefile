@@ -1,0 +1,51 @@
+# Key Vectors — course commands. Run `make help` for the list.
+SHELL := /bin/bash
+VENV  := .venv
+BIN   := $(VENV)/bin
+PORT  ?= 8888
+# Extra pytest arguments, e.g. `make test PYTEST_ARGS="-k softmax"`.
+PYTEST_ARGS ?=
+# JupyterLab refuses to run as root without --allow-root (containers, CI, JupyterHub images).
+ROOT_FLAG := $(shell [ "$$(id -u)" = "0" ] && echo --allow-root)
+
+.PHONY: help setup lab test lint unit notebooks student release autograde feedback bench execute clean
+
+help:
+	@echo "make lab        set up .venv (first time) and open JupyterLab on the lessons"
+	@echo "make test       set up .venv, lint, then unit tests + every notebook under strict nbval"
+	@echo "make student    write student versions of the lessons into workbook/ (never overwrites your edits)"
+	@echo "make release    nbgrader: build student releases of the graded lessons"
+	@echo "make autograde  nbgrader: grade submitted/ and export grades.csv"
+	@echo "make bench      print the performance table"
+	@echo "make execute NB=notebooks/03_attention.ipynb   re-run a lesson top to bottom, keep outputs"
+
+setup:
+	@bash tools/setup_env.sh
+
+lab: setup
+	$(BIN)/jupyter lab $(ROOT_FLAG) --port=$(PORT) --ServerApp.root_dir=. \
+	  --LabApp.default_url=/lab/tree/notebooks/00_welcome.ipynb
+
+lint: setup
+	$(BIN)/ruff check .
+
+test: setup lint
+	$(BIN)/python -m pytest -n 2 --dist loadfile --durations=15 $(PYTEST_ARGS)
+
+unit: setup
+	$(BIN)/python -m pytest tests $(PYTEST_ARGS)
+
+notebooks: setup
+	$(BIN)/python -m pytest -n 2 --dist loadfile notebooks $(PYTEST_ARGS)
+
+execute: setup
+	$(BIN)/python tools/execute_notebooks.py $(NB)
+
+student: setup
+	$(BIN)/python -m attnlib.student notebooks workbook
+
+bench: setup
+	$(BIN)/python -m attnlib.bench
+
+clean:
+	rm -rf build workbook .pytest_cache

@@ -1,0 +1,96 @@
+"""Boolean attention masks. Convention everywhere in the course: True = may attend.
+
+This is the convention of ``torch.nn.functional.scaled_dot_product_attention``.
+``torch.nn.MultiheadAttention`` uses the opposite (True = blocked) for ``attn_mask`` and
+``key_padding_mask``; lesson 08 puts the two side by side.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["causal_mask", "padding_mask"]
+
+
+def _check_size(fn: str, name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{fn}: {name} must be an int, got {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"{fn}: {name} must be >= 0, got {value}")
+    return int(value)
+
+
+def causal_mask(seq_q: int, seq_k: int | None = None, *, align: str = "top_left", like=None):
+    """Which keys each query may see when the future is hidden.
+
+    Parameters
+    ----------
+    seq_q : int
+        Number of query positions (rows).
+    seq_k : int, optional
+        Number of key positions (columns); default ``seq_q``.
+    align : {"top_left", "bottom_right"}
+        ``"top_left"``: query i sees keys 0..i (as ``scaled_dot_product_attention``'s
+        ``is_causal``). ``"bottom_right"``: the last query sees every key, i.e. query i
+        sees keys 0..i + (seq_k - seq_q) — the queries are the newest tokens, as when
+        decoding with a cache of past keys.
+    like : ndarray or Tensor, optional
+        Return a torch tensor (on ``like``'s device) if ``like`` is a tensor, else numpy.
+
+    Returns
+    -------
+    mask : bool ndarray or Tensor of shape (seq_q, seq_k)
+        True = may attend.
+    """
+    fn = "causal_mask"
+    seq_q = _check_size(fn, "seq_q", seq_q)
+    seq_k = seq_q if seq_k is None else _check_size(fn, "seq_k", seq_k)
+    if align not in ("top_left", "bottom_right"):
+        raise ValueError(f"{fn}: align must be 'top_left' or 'bottom_right', got {align!r}")
+    offset = 0 if align == "top_left" else seq_k - seq_q
+    if isinstance(like, torch.Tensor):
+        q_pos = torch.arange(seq_q, device=like.device)[:, None]  # (seq_q, 1)
+        k_pos = torch.arange(seq_k, device=like.device)[None, :]  # (1, seq_k)
+    else:
+        q_pos = np.arange(seq_q)[:, None]  # (seq_q, 1)
+        k_pos = np.arange(seq_k)[None, :]  # (1, seq_k)
+    return k_pos <= q_pos + offset  # (seq_q, seq_k)
+
+
+def padding_mask(lengths, seq_k: int):
+    """Which key positions hold real tokens, for a batch of padded sequences.
+
+    Parameters
+    ----------
+    lengths : sequence of int, int ndarray or int Tensor of shape (batch,)
+        Real length of each sequence; positions ``>= length`` are padding.
+    seq_k : int
+        Padded length (number of key positions).
+
+    Returns
+    -------
+    mask : bool ndarray or Tensor of shape (batch, 1, seq_k)
+        True = real token. The middle axis of size 1 broadcasts over query positions:
+        padding is about keys, so every query row gets the same mask. A torch tensor
+        if ``lengths`` is one, else numpy.
+    """
+    fn = "padding_mask"
+    seq_k = _check_size(fn, "seq_k", seq_k)
+    is_t = isinstance(lengths, torch.Tensor)
+    arr = lengths.detach().cpu().numpy() if is_t else np.asarray(lengths)
+    if arr.ndim != 1:
+        raise ValueError(f"{fn}: lengths must have shape (batch,), got shape {arr.shape}")
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        raise TypeError(f"{fn}: lengths must be integers, got dtype {arr.dtype}")
+    if arr.size and (arr.min() < 0 or arr.max() > seq_k):
+        raise ValueError(
+            f"{fn}: every length must be in 0..seq_k={seq_k}, got lengths {arr.tolist()}"
+        )
+    if is_t:
+        pos = torch.arange(seq_k, device=lengths.device)  # (seq_k,)
+        return (pos[None, :] < lengths[:, None])[:, None, :]  # (batch, 1, seq_k)
+    pos = np.arange(seq_k)  # (seq_k,)
+    return (pos[None, :] < arr[:, None])[:, None, :]  # (batch, 1, seq_k)
