@@ -34,6 +34,7 @@ __all__ = [
     "Misconception",
     "Report",
     "check",
+    "check_hidden",
     "diagnose",
     "exercises",
     "explanation",
@@ -85,3 +86,18 @@ def check(exercise: str, fn: Callable) -> None:
             "shapes with the docstring and print your output for a tiny input."
         )
     raise AssertionError("\n".join(lines))
+
+
+def check_hidden(exercise: str, fn: Callable) -> None:
+    """The grader's check: like :func:`check`, silent when right.
+
+    Used inside nbgrader's hidden-test regions. The grading set-up strengthens it against
+    tampering (see ``attnlib.checks.grading``).
+    """
+    report = run(exercise, fn)
+    if report.ok and not report.called_reference:
+        return
+    if report.ok:
+        raise AssertionError(f"✘ {exercise}: the solution calls the course's reference")
+    ids = ", ".join(report.misconceptions) or "no known misconception"
+    raise AssertionError(f"✘ {exercise}: hidden tests failed ({ids}) {report.first_failure}")
