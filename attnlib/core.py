@@ -15,6 +15,7 @@ proves it equal to the shared math.
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any
 
 import numpy as np
@@ -114,6 +115,8 @@ def _check_mask(fn: str, mask: Any, like: Any, target: tuple, target_name: str):
 
 
 def _normalise_axis(fn: str, axis: int, ndim: int) -> int:
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise TypeError(f"{fn}: axis must be an int, got {type(axis).__name__}")
     if not -ndim <= axis < ndim:
         raise ValueError(f"{fn}: axis={axis} is out of range for an input with {ndim} dims")
     return axis % ndim
@@ -155,6 +158,11 @@ def _attend_torch_fast(q, k, v, mask, scale: float):
     s = (q * scale) @ k.transpose(-2, -1)  # (..., seq_q, seq_k)
     empty = None
     if mask is not None:
+        full = torch.broadcast_shapes(s.shape, mask.shape)
+        if full != s.shape:
+            # v (or the mask) has batch dims that q and k lack: in-place masking needs the
+            # score matrix at its full size first.
+            s = s.expand(full).clone()  # (..., seq_q, seq_k)
         s.masked_fill_(~mask, -math.inf)
         empty = ~mask.any(dim=-1, keepdim=True)  # query rows that may attend to nothing
         if bool(empty.any()):
@@ -208,7 +216,7 @@ def softmax(x, axis: int = -1, mask=None):
 def _default_scale(fn: str, d_k: int, scale) -> float:
     if scale is None:
         return 1.0 / math.sqrt(d_k)
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+    if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, numbers.Real):
         raise TypeError(f"{fn}: scale must be a number or None, got {type(scale).__name__}")
     if not math.isfinite(scale):
         raise ValueError(f"{fn}: scale must be finite, got {scale}")

@@ -14,12 +14,24 @@ def seed_everything(seed: int) -> np.random.Generator:
     """Seed Python's ``random``, numpy's global generator and torch.
 
     Call it in a lesson's first code cell (and again before any cell whose random
-    numbers the prose quotes). Returns a fresh ``numpy.random.Generator`` seeded with
-    the same seed, for code that prefers an explicit generator.
+    numbers the prose quotes). Nothing is seeded when attnlib is imported.
+
+    Parameters
+    ----------
+    seed : int
+        In 0 .. 2**64 - 1 (numpy's global generator gets ``seed % 2**32``).
+
+    Returns
+    -------
+    numpy.random.Generator
+        A fresh generator seeded with the same seed, for code that prefers an explicit
+        generator.
     """
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"seed_everything: seed must be an int, got {type(seed).__name__}")
     seed = int(seed)
+    if not 0 <= seed < 2**64:
+        raise ValueError(f"seed_everything: seed must be in 0..2**64 - 1, got {seed}")
     random.seed(seed)
     np.random.seed(seed % 2**32)  # noqa: NPY002 - the global generator is what lessons seed
     torch.manual_seed(seed)

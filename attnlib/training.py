@@ -93,12 +93,29 @@ def train(
     -------
     History
         ``loss`` per step, plus the extras and tracked gradient norms.
+
+    Raises
+    ------
+    FloatingPointError
+        When the loss becomes NaN or infinite (the step is named).
+    TypeError, ValueError
+        For bad arguments, or a ``step`` that does not return a one-element tensor.
     """
+    if isinstance(params, torch.Tensor):
+        params = [params]  # a single tensor, not an iterable of them
     params = [p for p in params if p.requires_grad]
     if not params:
         raise ValueError("train: params has no parameter that requires grad")
+    if not callable(step):
+        raise TypeError(f"train: step must be callable, step(i) -> loss; got {type(step).__name__}")
+    if isinstance(steps, bool) or not isinstance(steps, int):
+        raise TypeError(f"train: steps must be an int, got {type(steps).__name__}")
     if steps <= 0:
         raise ValueError(f"train: steps must be positive, got {steps}")
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 < lr < math.inf:
+        raise ValueError(f"train: lr must be a positive finite number, got {lr!r}")
+    if clip is not None and not (isinstance(clip, (int, float)) and 0 < clip < math.inf):
+        raise ValueError(f"train: clip must be a positive finite number or None, got {clip!r}")
     if optimizer == "adam":
         opt = torch.optim.Adam(params, lr=lr)
     elif optimizer == "sgd":
@@ -119,6 +136,13 @@ def train(
         opt.zero_grad(set_to_none=True)
         result = step(i)
         loss, extras = result if isinstance(result, tuple) else (result, {})
+        if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+            bar.close()
+            what = f"shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor) else type(loss)
+            raise TypeError(
+                f"train: step({i}) must return a one-element loss tensor (or (loss, extras)), "
+                f"got {what}; reduce it with .mean() or .sum()"
+            )
         if not torch.isfinite(loss):
             bar.close()
             raise FloatingPointError(f"train: the loss became {loss.item()} at step {i}")

@@ -32,7 +32,7 @@ echo "setup: creating $VENV and installing requirements.txt (first run takes a f
 [ -x "$VENV/bin/python" ] || "$PY_BIN" -m venv "$VENV"
 "$VENV/bin/python" -m pip install --quiet --upgrade pip
 "$VENV/bin/python" -m pip install --quiet -r requirements.txt
-"$VENV/bin/python" -m pip install --quiet --no-deps -e .
+"$VENV/bin/python" -m pip install --quiet --no-deps --no-build-isolation -e .
 "$VENV/bin/python" -m pip check
 # The course kernel lives inside the venv, so JupyterLab, nbval and nbgrader from the venv
 # all find it, and nothing outside the project is touched.

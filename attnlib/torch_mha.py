@@ -1,0 +1,118 @@
+"""``torch.nn.MultiheadAttention`` taken apart: its projections as plain matrices.
+
+``nn.MultiheadAttention`` keeps W_Q, W_K and W_V stacked in one ``in_proj_weight`` of shape
+(3·d_model, d_model) when query, key and value have the same width (and as separate
+``q_proj_weight``/``k_proj_weight``/``v_proj_weight`` when ``kdim``/``vdim`` differ).
+:func:`unpack_mha` returns them separately, in ``nn.Linear``'s convention (weight of shape
+(out, in), ``y = x @ W.T + b``), and :func:`mha_forward` recomputes the module's output from
+them with :func:`attnlib.attend`, head by head.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+from attnlib.core import attend
+
+__all__ = ["MHAWeights", "unpack_mha", "mha_forward"]
+
+
+class MHAWeights(NamedTuple):
+    """The parameters of one ``nn.MultiheadAttention``, unpacked (nn.Linear convention).
+
+    ``W_q`` : Tensor of shape (d_model, d_model); ``W_k`` : (d_model, kdim);
+    ``W_v`` : (d_model, vdim); ``W_o`` : (d_model, d_model); biases of shape (d_model,)
+    or None.
+    """
+
+    W_q: torch.Tensor
+    W_k: torch.Tensor
+    W_v: torch.Tensor
+    b_q: torch.Tensor | None
+    b_k: torch.Tensor | None
+    b_v: torch.Tensor | None
+    W_o: torch.Tensor
+    b_o: torch.Tensor | None
+    n_heads: int
+    batch_first: bool
+
+
+def unpack_mha(mha: nn.MultiheadAttention) -> MHAWeights:
+    """Split an ``nn.MultiheadAttention`` into W_Q, W_K, W_V, W_O and their biases.
+
+    The returned tensors are views of the module's parameters (gradients flow through them).
+    """
+    if not isinstance(mha, nn.MultiheadAttention):
+        raise TypeError(f"unpack_mha: expected nn.MultiheadAttention, got {type(mha).__name__}")
+    if mha.bias_k is not None or mha.add_zero_attn:
+        raise ValueError("unpack_mha: add_bias_kv / add_zero_attn are not supported")
+    d = mha.embed_dim
+    if mha.in_proj_weight is not None:
+        W_q, W_k, W_v = mha.in_proj_weight.split(d, dim=0)  # each (d_model, d_model)
+    else:
+        W_q, W_k, W_v = mha.q_proj_weight, mha.k_proj_weight, mha.v_proj_weight
+    if mha.in_proj_bias is not None:
+        b_q, b_k, b_v = mha.in_proj_bias.split(d, dim=0)  # each (d_model,)
+    else:
+        b_q = b_k = b_v = None
+    return MHAWeights(
+        W_q, W_k, W_v, b_q, b_k, b_v,
+        mha.out_proj.weight, mha.out_proj.bias,
+        mha.num_heads, mha.batch_first,
+    )  # fmt: skip
+
+
+def _linear(x, W, b):
+    y = x @ W.T
+    return y if b is None else y + b
+
+
+def mha_forward(
+    mha: nn.MultiheadAttention,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    key_padding_mask: torch.Tensor | None = None,
+    attn_mask: torch.Tensor | None = None,
+    average_attn_weights: bool = True,
+):
+    """Recompute ``mha(query, key, value, ...)`` from the unpacked weights (eval mode).
+
+    Takes ``nn.MultiheadAttention``'s own conventions: ``batch_first`` as the module says,
+    boolean ``key_padding_mask`` (batch, seq_k) and ``attn_mask`` (seq_q, seq_k) with
+    True = **blocked**. Returns ``(out, weights)`` like the module with
+    ``need_weights=True``; weights are averaged over heads unless
+    ``average_attn_weights=False``.
+    """
+    w = unpack_mha(mha)
+    if not w.batch_first:  # (seq, batch, d) -> (batch, seq, d)
+        query, key, value = (t.transpose(0, 1) for t in (query, key, value))
+    batch, seq_q, d_model = query.shape
+    seq_k = key.shape[1]
+    h = w.n_heads
+    d_head = d_model // h
+
+    def heads(x):  # (batch, seq, d_model) -> (batch, n_heads, seq, d_head)
+        return x.reshape(batch, x.shape[1], h, d_head).transpose(1, 2)
+
+    q = heads(_linear(query, w.W_q, w.b_q))  # (batch, n_heads, seq_q, d_head)
+    k = heads(_linear(key, w.W_k, w.b_k))  # (batch, n_heads, seq_k, d_head)
+    v = heads(_linear(value, w.W_v, w.b_v))  # (batch, n_heads, seq_k, d_head)
+    allowed = torch.ones(batch, 1, seq_q, seq_k, dtype=torch.bool, device=query.device)
+    if key_padding_mask is not None:
+        allowed = allowed & ~key_padding_mask.bool()[:, None, None, :]  # True = blocked there
+    if attn_mask is not None:
+        if attn_mask.dtype != torch.bool:
+            raise TypeError("mha_forward: only boolean attn_mask (True = blocked) is supported")
+        allowed = allowed & ~attn_mask
+    out, weights = attend(q, k, v, mask=allowed)  # (batch, n_heads, seq_q, d_head)
+    out = out.transpose(1, 2).reshape(batch, seq_q, d_model)  # merge heads
+    out = _linear(out, w.W_o, w.b_o)  # (batch, seq_q, d_model)
+    if not w.batch_first:
+        out = out.transpose(0, 1)
+    if average_attn_weights:
+        weights = weights.mean(dim=1)  # (batch, seq_q, seq_k)
+    return out, weights
