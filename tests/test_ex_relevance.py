@@ -40,7 +40,8 @@ def test_exercises_are_registered():
 @pytest.mark.parametrize("name", EXERCISES)
 def test_reference_matches_einsum_oracle(name):
     ex = get_exercise(name)
-    for case in ex.cases():
+    assert len(ex.cases(hidden=True)) > len(ex.cases()), "the grader has cases of its own"
+    for case in ex.cases(hidden=True):
         got = ex.reference(*case.args)
         want = _einsum_oracle(name, case.args)
         assert got.shape == want.shape, case.label
@@ -149,3 +150,15 @@ def test_a_result_off_in_one_entry_is_caught():
 
     with pytest.raises(AssertionError, match="1 of"):
         checks.check("score_matrix", almost)
+
+
+@pytest.mark.parametrize("name", EXERCISES)
+def test_hidden_check_passes_the_reference_silently(name, capsys):
+    checks.check_hidden(name, get_exercise(name).reference)
+    assert capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize(("name", "mid", "index", "variant"), VARIANTS)
+def test_hidden_check_fails_every_variant(name, mid, index, variant):
+    with pytest.raises(AssertionError):
+        checks.check_hidden(name, variant)

@@ -62,13 +62,40 @@ def diagnose(exercise: str, fn: Callable) -> list[str]:
     return list(run(exercise, fn).misconceptions)
 
 
+def _stderr_note(report: Report) -> str:
+    if not report.stderr:
+        return ""
+    text = " ".join(report.stderr.split())
+    text = text if len(text) <= 160 else text[:157] + "..."
+    return f"  (your function wrote to stderr; not counted against you: {text})"
+
+
 def check(exercise: str, fn: Callable) -> None:
-    """Check a learner's function; print one line if right, raise AssertionError if not."""
+    """Check a learner's function; print one line if right, raise AssertionError if not.
+
+    Parameters
+    ----------
+    exercise : str
+        The exercise's name, e.g. ``"attend"`` (see :func:`exercises`).
+    fn : callable
+        The learner's function. It is called on copies of fixed and random inputs
+        (non-square shapes, large scores, masks, fully masked rows); warnings it raises
+        are silenced and what it writes to stderr is kept out of the cell.
+
+    Raises
+    ------
+    AssertionError
+        When ``fn`` disagrees with the reference on some case. The message names the case,
+        what differed, and the probable misconception(s) with their explanation.
+    """
     report = run(exercise, fn)
     name = get_exercise(exercise).name
-    if report.ok and not report.called_reference:
-        print(f"✔ {name}: correct on all {report.n_cases} cases")
+    note = _stderr_note(report)
+    if report.ok and not report.called_reference and not report.tampering:
+        print(f"✔ {name}: correct on all {report.n_cases} cases" + (f"\n{note}" if note else ""))
         return
+    if report.tampering:
+        raise AssertionError(f"✘ {name}: {'; '.join(report.tampering)}. Leave the checks alone.")
     if report.ok:
         used = ", ".join(report.called_reference)
         raise AssertionError(
@@ -85,19 +112,22 @@ def check(exercise: str, fn: Callable) -> None:
             "This does not match any of the classic mistakes the check knows; compare your "
             "shapes with the docstring and print your output for a tiny input."
         )
+    if note:
+        lines.append(note)
     raise AssertionError("\n".join(lines))
 
 
 def check_hidden(exercise: str, fn: Callable) -> None:
-    """The grader's check: like :func:`check`, silent when right.
+    """The grader's check, used inside nbgrader's hidden-test regions; silent when right.
 
-    Used inside nbgrader's hidden-test regions. The grading set-up strengthens it against
-    tampering (see ``attnlib.checks.grading``).
+    It does not trust the notebook's kernel: it refuses to grade when numpy, torch,
+    builtins or attnlib functions have been replaced, runs the cases (visible and hidden)
+    with a fresh copy of the checks loaded from their files, accepts only real arrays and
+    tensors, and fails a function that calls the course's reference. Failure messages
+    carry a tag the grading driver reads: ``[needs-review]`` for tampering,
+    ``[calls-reference]`` for a solution that calls the reference. See
+    :mod:`attnlib.checks.grading`.
     """
-    report = run(exercise, fn)
-    if report.ok and not report.called_reference:
-        return
-    if report.ok:
-        raise AssertionError(f"✘ {exercise}: the solution calls the course's reference")
-    ids = ", ".join(report.misconceptions) or "no known misconception"
-    raise AssertionError(f"✘ {exercise}: hidden tests failed ({ids}) {report.first_failure}")
+    from attnlib.checks import grading
+
+    grading.verify(exercise, fn)

@@ -13,7 +13,11 @@ replacing ``np.allclose`` or ``np.testing`` in a notebook does not change the ve
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+import io
 import math
+import sys
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -29,10 +33,23 @@ _array_equal = np.array_equal
 _ndarray = np.ndarray
 _tensor = torch.Tensor
 _errstate = np.errstate
+_isfinite = np.isfinite
+_absolute = np.absolute
+_bool = np.bool_
+_float64 = np.float64
 _catch_warnings = warnings.catch_warnings
 _simplefilter = warnings.simplefilter
 _type = type
 _isinstance = isinstance
+_TensorBase = torch._C.TensorBase  # a C type: its methods cannot be replaced from Python
+_redirect_stderr = contextlib.redirect_stderr
+_StringIO = io.StringIO
+_getprofile = sys.getprofile
+_setprofile = sys.setprofile
+_NUMBERS = (float, int, np.float64, np.float32, np.int64, np.int32)
+
+# How forbidden functions are found; grading.py points this at a fresh copy of attnlib.
+_import_module = importlib.import_module
 
 
 @dataclass(frozen=True)
@@ -67,9 +84,15 @@ class Exercise:
     exact: bool = False  # compare exactly (masks, integer results)
     # Names of attnlib reference functions a solution must not simply call.
     forbidden: Sequence[str] = ()
+    # Extra cases only the grader's check_hidden runs (other seeds and shapes), so that a
+    # function tuned to the visible cases does not pass. Optional.
+    make_hidden_cases: Callable[[], Sequence[Case]] | None = None
 
-    def cases(self) -> list[Case]:
-        return list(self.make_cases())
+    def cases(self, *, hidden: bool = False) -> list[Case]:
+        cases = list(self.make_cases())
+        if hidden and self.make_hidden_cases is not None:
+            cases += list(self.make_hidden_cases())
+        return cases
 
 
 _REGISTRY: dict[str, Exercise] = {}
@@ -124,24 +147,38 @@ def _copy_arg(a: Any) -> Any:
     return a
 
 
-def _call(fn: Callable, case: Case) -> Any:
+def _call(fn: Callable, case: Case, stderr: list[str] | None = None) -> Any:
+    """Call fn on a copy of the case's inputs; warnings are silenced, stderr is collected.
+
+    Whatever fn writes to stderr (a library warning printed directly, a debug print) is
+    appended to ``stderr`` instead of reaching the notebook: nbgrader scores a test cell
+    that writes to stderr as failed, and a correct solution must not lose points for it.
+    """
     args = tuple(_copy_arg(a) for a in case.args)
     kwargs = {k: _copy_arg(v) for k, v in case.kwargs.items()}
+    buffer = _StringIO()
     try:
-        with _catch_warnings():
+        with _redirect_stderr(buffer), _catch_warnings():
             _simplefilter("ignore")
             with _errstate(all="ignore"):
                 return fn(*args, **kwargs)
     except Exception as exc:  # noqa: BLE001 - a learner's function may raise anything
         return _Raised(exc)
+    finally:
+        if stderr is not None and buffer.getvalue():
+            stderr.append(buffer.getvalue())
 
 
 def _to_array(x: Any) -> np.ndarray | None:
-    """A plain numpy array for an ndarray or tensor output; None for anything else."""
-    if _type(x) is _ndarray or _isinstance(x, _ndarray) and _type(x).__eq__ is _ndarray.__eq__:
-        return _asarray(x)
-    if _isinstance(x, _tensor):
-        return x.detach().cpu().numpy()
+    """A plain numpy array for an ndarray or tensor output; None for anything else.
+
+    Only exact ``numpy.ndarray`` and ``torch.Tensor`` objects count: a subclass or an
+    array-like object could compare equal to anything or compute its values lazily.
+    """
+    if _type(x) is _ndarray:
+        return x
+    if _type(x) is _tensor:
+        return _TensorBase.numpy(_TensorBase.cpu(_TensorBase.detach(x)))
     return None
 
 
@@ -163,6 +200,8 @@ def _same(ex: Exercise, expected: Any, got: Any) -> tuple[bool, str]:
         which = "" if len(exp_parts) == 1 else f"output {i}: "
         ea, ga = _to_array(e), _to_array(g)
         if ea is None:  # a non-array expected value (e.g. a float): compare as float
+            if _type(g) not in _NUMBERS:
+                return False, f"{which}returned a {_type(g).__name__}, expected a number"
             try:
                 ok = math.isclose(float(e), float(g), rel_tol=ex.rtol, abs_tol=ex.atol)
             except (TypeError, ValueError):
@@ -171,23 +210,28 @@ def _same(ex: Exercise, expected: Any, got: Any) -> tuple[bool, str]:
                 return False, f"{which}got {g!r}, expected {e!r}"
             continue
         if ga is None:
-            return False, f"{which}returned a {_type(g).__name__}, expected an array"
+            return False, (
+                f"{which}returned a {_type(g).__name__}, expected a numpy.ndarray or "
+                f"torch.Tensor"
+            )
+        if ga.dtype.kind not in "biuf":
+            return False, f"{which}dtype {ga.dtype}, expected numbers (or bool for a mask)"
         if ga.shape != ea.shape:
             return False, f"{which}shape {ga.shape}, expected {ea.shape}"
-        if ea.dtype == np.bool_ and ga.dtype != np.bool_:
+        if ea.dtype == _bool and ga.dtype != _bool:
             return False, f"{which}dtype {ga.dtype}, expected bool (True = may attend)"
-        if ex.exact or ea.dtype == np.bool_:
+        if ex.exact or ea.dtype == _bool:
             if not _array_equal(ea, ga):
                 return False, f"{which}{int((ea != ga).sum())} of {ea.size} entries differ"
             continue
-        ga64 = ga.astype(np.float64)
-        ea64 = ea.astype(np.float64)
+        ga64 = ga.astype(_float64)
+        ea64 = ea.astype(_float64)
         close = _isclose(ga64, ea64, rtol=ex.rtol, atol=ex.atol, equal_nan=True)
         if not bool(close.all()):
             bad = int((~close).sum())
-            nan = " (contains NaN or inf)" if not bool(np.isfinite(ga64).all()) else ""
-            both = np.isfinite(ga64) & np.isfinite(ea64)
-            diff = np.abs(ga64 - ea64)[both].max() if bool(both.any()) else float("nan")
+            nan = " (contains NaN or inf)" if not bool(_isfinite(ga64).all()) else ""
+            both = _isfinite(ga64) & _isfinite(ea64)
+            diff = _absolute(ga64 - ea64)[both].max() if bool(both.any()) else float("nan")
             return False, (
                 f"{which}{bad} of {ea.size} entries differ{nan}; largest difference "
                 f"{float(diff):.3g}"
@@ -205,55 +249,75 @@ class Report:
     first_failure: str = ""
     misconceptions: list[str] = field(default_factory=list)
     called_reference: list[str] = field(default_factory=list)
+    stderr: str = ""  # what the learner's function wrote to stderr (kept out of the cell)
+    tampering: list[str] = field(default_factory=list)  # changes to the checking machinery
+
+
+def _code_key(code) -> tuple:
+    # By file, line and name rather than identity, so that a fresh copy of attnlib (see
+    # attnlib.checks.grading) recognises calls into the copy the notebook imported.
+    return (code.co_filename, code.co_firstlineno, code.co_name)
 
 
 def _forbidden_codes(ex: Exercise) -> dict:
-    import importlib
-
     codes = {}
     for dotted in ex.forbidden:
         mod_name, attr = dotted.rsplit(".", 1)
-        obj = getattr(importlib.import_module(mod_name), attr)
-        codes[getattr(obj, "__code__", None)] = dotted
-    codes.pop(None, None)
+        obj = getattr(_import_module(mod_name), attr)
+        code = getattr(obj, "__code__", None)
+        if code is not None:
+            codes[_code_key(code)] = dotted
     return codes
 
 
-def _run_watching(fn: Callable, cases: list[Case], codes: dict) -> tuple[list[Any], set[str]]:
+def _run_watching(
+    fn: Callable, cases: list[Case], codes: dict, stderr: list[str]
+) -> tuple[list[Any], set[str], list[str]]:
     """Run fn on every case, noting any call into a forbidden reference function.
 
-    Calls are seen through the interpreter's profiling hook, by code object, so an alias
-    (``from attnlib import attend as my_attend``) is caught as well.
+    Calls are seen through the interpreter's profiling hook (by file, line and name), so
+    an alias (``from attnlib import attend as my_attend``) is caught as well. A function
+    that removes the hook is reported as tampering.
     """
-    import sys
-
     seen: set[str] = set()
+    tampering: list[str] = []
 
     def profiler(frame, event, arg):
-        if event == "call" and frame.f_code in codes:
-            seen.add(codes[frame.f_code])
+        if event == "call":
+            key = _code_key(frame.f_code)
+            if key in codes:
+                seen.add(codes[key])
 
     outs = []
-    previous = sys.getprofile()
+    previous = _getprofile()
     for case in cases:
-        sys.setprofile(profiler if codes else previous)
+        hook = profiler if codes else previous
+        _setprofile(hook)
         try:
-            outs.append(_call(fn, case))
+            outs.append(_call(fn, case, stderr))
         finally:
-            sys.setprofile(previous)
-    return outs, seen
+            if codes and _getprofile() is not hook:
+                tampering.append("the function replaced the interpreter's profiling hook")
+            _setprofile(previous)
+    return outs, seen, tampering
 
 
-def run(exercise: str, fn: Callable) -> Report:
-    """Run ``fn`` on every case of ``exercise``; compare with the reference and variants."""
+def run(exercise: str, fn: Callable, *, hidden: bool = False) -> Report:
+    """Run ``fn`` on every case of ``exercise``; compare with the reference and variants.
+
+    ``hidden=True`` adds the exercise's hidden cases (used by ``check_hidden``).
+    """
     ex = get_exercise(exercise)
     if not callable(fn):
         raise TypeError(f"check({exercise!r}, fn): fn must be a function, got {_type(fn).__name__}")
-    cases = ex.cases()
+    cases = ex.cases(hidden=hidden)
     expected = [_call(ex.reference, c) for c in cases]
-    got, calls = _run_watching(fn, cases, _forbidden_codes(ex))
+    stderr: list[str] = []
+    got, calls, tampering = _run_watching(fn, cases, _forbidden_codes(ex), stderr)
     report = Report(exercise=ex.name, ok=True, n_cases=len(cases))
     report.called_reference = sorted(calls)
+    report.tampering = tampering
+    report.stderr = "".join(stderr)
     for case, e, g in zip(cases, expected, got, strict=True):
         agree, why = _same(ex, e, g)
         if not agree:

@@ -28,6 +28,19 @@ def _softmax_cases() -> list[Case]:
         Case("3 queries x 5 keys", (rng.standard_normal((3, 5)),)),
         Case("batch of 2, 4 queries x 6 keys", (rng.standard_normal((2, 4, 6)) * 3,)),
         Case("large scores (1e3 .. 1e4)", (np.array([[1e4, 1e4 - 1.0, 2e3], [1e3, -1e4, 0.0]]),)),
+        Case(
+            "masked scores (-inf) in 2 queries x 4 keys",
+            (np.array([[0.5, -np.inf, 2.0, -1.0], [-np.inf, 3.0, -np.inf, 1.0]]),),
+        ),
+    ]
+
+
+def _softmax_hidden_cases() -> list[Case]:
+    rng = np.random.default_rng(90210)
+    return [
+        Case("hidden: 5 queries x 3 keys", (rng.standard_normal((5, 3)) * 2,)),
+        Case("hidden: batch 3, 2 queries x 7 keys", (rng.standard_normal((3, 2, 7)),)),
+        Case("hidden: large scores around 5e3", (5e3 + rng.standard_normal((4, 6)) * 3,)),
     ]
 
 
@@ -63,6 +76,7 @@ register(
         summary="softmax(x): weights along the last axis, stable for large scores",
         reference=lambda x: _softmax(x, axis=-1),
         make_cases=_softmax_cases,
+        make_hidden_cases=_softmax_hidden_cases,
         forbidden=("attnlib.core.softmax", "attnlib.core._softmax_math"),
         misconceptions=(
             Misconception(
@@ -135,6 +149,32 @@ def _attend_cases() -> list[Case]:
     ]
 
 
+def _attend_hidden_cases() -> list[Case]:
+    rng = np.random.default_rng(31337)
+    n = rng.standard_normal
+    block = np.ones((2, 5, 3), dtype=bool)
+    block[0, 2] = False  # batch 0, query 2 may attend to nothing
+    block[1, :, 0] = False  # batch 1: nobody attends to key 0
+    return [
+        Case("hidden: 5 queries, 3 keys, d_k=6, d_v=4", (n((5, 6)), n((3, 6)), n((3, 4)))),
+        Case(
+            "hidden: batch 2, 5 queries, 3 keys, d_k=3 (seq_k == d_k), d_v=2, with a mask",
+            (n((2, 5, 3)), n((2, 3, 3)), n((2, 3, 2))),
+            {"mask": block},
+        ),
+        Case(
+            "hidden: causal (6, 6), large scores",
+            (30 * n((6, 5)), 30 * n((6, 5)), n((6, 3))),
+            {"mask": _causal_mask(6)},
+        ),
+        Case(
+            "hidden: padding (3, 1, 7), lengths 7, 1, 4",
+            (n((3, 2, 4)), n((3, 7, 4)), n((3, 7, 5))),
+            {"mask": _padding_mask([7, 1, 4], 7)},
+        ),
+    ]
+
+
 def _np_softmax(x, axis=-1):
     m = np.max(x, axis=axis, keepdims=True)
     m = np.where(np.isfinite(m), m, 0.0)
@@ -188,6 +228,7 @@ register(
         summary="attend(q, k, v, mask=None) -> (out, weights): scaled dot-product attention",
         reference=lambda q, k, v, mask=None: _attend(q, k, v, mask=mask),
         make_cases=_attend_cases,
+        make_hidden_cases=_attend_hidden_cases,
         forbidden=(
             "attnlib.core.attend",
             "attnlib.core._attend_math",
@@ -264,12 +305,17 @@ def _causal_cases() -> list[Case]:
     return [Case(f"seq={n}", (n,)) for n in (1, 4, 7)]
 
 
+def _causal_hidden_cases() -> list[Case]:
+    return [Case(f"hidden: seq={n}", (n,)) for n in (2, 5, 12)]
+
+
 register(
     Exercise(
         name="causal_mask",
         summary="causal_mask(seq) -> bool (seq, seq): query i may attend to keys 0..i",
         reference=lambda seq: _causal_mask(seq),
         make_cases=_causal_cases,
+        make_hidden_cases=_causal_hidden_cases,
         exact=True,
         forbidden=("attnlib.masks.causal_mask",),
         misconceptions=(
@@ -312,6 +358,13 @@ def _padding_cases() -> list[Case]:
     ]
 
 
+def _padding_hidden_cases() -> list[Case]:
+    return [
+        Case("hidden: lengths [4, 1, 6, 2], seq_k=6", ([4, 1, 6, 2], 6)),
+        Case("hidden: lengths [3], seq_k=8", ([3], 8)),
+    ]
+
+
 def _pad_base(lengths, seq_k):
     return np.arange(seq_k)[None, :] < np.asarray(lengths)[:, None]  # (batch, seq_k)
 
@@ -322,6 +375,7 @@ register(
         summary="padding_mask(lengths, seq_k) -> bool (batch, 1, seq_k): True = real token",
         reference=lambda lengths, seq_k: _padding_mask(lengths, seq_k),
         make_cases=_padding_cases,
+        make_hidden_cases=_padding_hidden_cases,
         exact=True,
         forbidden=("attnlib.masks.padding_mask",),
         misconceptions=(

@@ -41,6 +41,16 @@ def _relevance_cases() -> list[Case]:
     ]
 
 
+def _relevance_hidden_cases() -> list[Case]:
+    rng = np.random.default_rng(9101)
+    n = rng.standard_normal
+    return [
+        Case("hidden: query (16,), keys (9, 16)", (n(16), n((9, 16)) * 3.0)),
+        Case("hidden: query (3,), keys (3, 3): seq_k == d_k", (n(3), n((3, 3)))),
+        Case("hidden: query (2,), keys (11, 2)", (n(2), n((11, 2)) * rng.uniform(0.2, 4, (11, 1)))),
+    ]
+
+
 def _relevance_reference(query, keys):
     return keys @ query  # (seq_k, d_k) @ (d_k,) -> (seq_k,)
 
@@ -78,6 +88,7 @@ register(
         "with each key",
         reference=_relevance_reference,
         make_cases=_relevance_cases,
+        make_hidden_cases=_relevance_hidden_cases,
         forbidden=("attnlib.core.scores", "attnlib.core._scores_math"),
         misconceptions=(
             Misconception(
@@ -143,6 +154,16 @@ def _matrix_cases() -> list[Case]:
     ]
 
 
+def _matrix_hidden_cases() -> list[Case]:
+    rng = np.random.default_rng(9102)
+    n = rng.standard_normal
+    return [
+        Case("hidden: Q (5, 7), K (3, 7)", (n((5, 7)), n((3, 7)) * 2.0)),
+        Case("hidden: Q (1, 3), K (3, 3): one query, seq_k == d_k", (n((1, 3)), n((3, 3)))),
+        Case("hidden: Q (8, 16), K (10, 16)", (n((8, 16)), n((10, 16)))),
+    ]
+
+
 def _matrix_reference(Q, K):
     return Q @ K.T  # (seq_q, d_k) @ (d_k, seq_k) -> (seq_q, seq_k)
 
@@ -183,6 +204,7 @@ register(
         summary="score_matrix(Q, K) -> (seq_q, seq_k): every query against every key, Q @ Kᵀ",
         reference=_matrix_reference,
         make_cases=_matrix_cases,
+        make_hidden_cases=_matrix_hidden_cases,
         forbidden=("attnlib.core.scores", "attnlib.core._scores_math"),
         misconceptions=(
             Misconception(

@@ -1,0 +1,452 @@
+"""Keys in decoding: a KV cache, grouped keys, and a tiny causal decoder (lesson 10).
+
+When a causal model generates one token at a time, the keys and values of past tokens never
+change: token ``t`` cannot see later tokens, so its key and value depend only on tokens
+``0..t``. Recomputing them at every step is wasted work. A :class:`KVCache` keeps them;
+each step computes the key and value of the new token only, appends them, and lets the new
+query attend to everything cached.
+
+Sharing keys across heads shrinks the cache: with grouped-query attention (GQA) ``n_heads``
+query heads share ``n_kv_heads`` key/value heads (``n_heads / n_kv_heads`` queries per
+group); multi-query attention (MQA) is the case ``n_kv_heads = 1``; ordinary multi-head
+attention (MHA) is ``n_kv_heads = n_heads``. :func:`grouped_attend` computes it with
+:func:`attnlib.attend` by broadcasting, without copying keys.
+
+* :class:`KVCache` — append, read, ``length``, ``nbytes`` (bytes actually held);
+* :func:`kv_cache_bytes` — the memory formula;
+* :func:`grouped_attend` — attention with fewer key/value heads than query heads;
+* :class:`TinyDecoder` — embedding + ``n_layers`` causal attention blocks;
+* :func:`generate` — greedy decoding with or without the cache.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+from attnlib.core import attend
+from attnlib.masks import causal_mask
+
+__all__ = [
+    "KVCache",
+    "kv_cache_bytes",
+    "grouped_attend",
+    "TinyDecoder",
+    "Generation",
+    "generate",
+]
+
+
+def _check_int(fn: str, name: str, value, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{fn}: {name} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{fn}: {name} must be >= {minimum}, got {value}")
+    return value
+
+
+# ----------------------------------------------------------------------------------------
+# The cache.
+# ----------------------------------------------------------------------------------------
+
+
+class KVCache:
+    """Past keys and values of one attention layer, stored once and appended to.
+
+    Storage is allocated for ``max_len`` positions up front (so appending is a copy of
+    the new rows only) and doubled if a sequence outgrows it.
+
+    Parameters
+    ----------
+    batch, n_kv_heads, d_k : int
+        Shape of the keys: (batch, n_kv_heads, seq, d_k).
+    d_v : int, optional
+        Width of the values; default ``d_k``.
+    max_len : int, default 64
+        Positions to allocate for.
+    dtype : torch.dtype, default torch.float32
+
+    Examples
+    --------
+    >>> cache = KVCache(batch=1, n_kv_heads=2, d_k=4, max_len=8)
+    >>> k, v = cache.append(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))
+    >>> k.shape, cache.length
+    (torch.Size([1, 2, 3, 4]), 3)
+    """
+
+    def __init__(
+        self,
+        batch: int,
+        n_kv_heads: int,
+        d_k: int,
+        d_v: int | None = None,
+        *,
+        max_len: int = 64,
+        dtype: torch.dtype = torch.float32,
+    ):
+        fn = "KVCache"
+        self.batch = _check_int(fn, "batch", batch, 1)
+        self.n_kv_heads = _check_int(fn, "n_kv_heads", n_kv_heads, 1)
+        self.d_k = _check_int(fn, "d_k", d_k, 1)
+        self.d_v = self.d_k if d_v is None else _check_int(fn, "d_v", d_v, 1)
+        max_len = _check_int(fn, "max_len", max_len, 1)
+        self.dtype = dtype
+        self._k = torch.empty(batch, n_kv_heads, max_len, self.d_k, dtype=dtype)
+        self._v = torch.empty(batch, n_kv_heads, max_len, self.d_v, dtype=dtype)
+        self.length = 0
+
+    @property
+    def capacity(self) -> int:
+        """Positions the storage can hold before it grows."""
+        return self._k.shape[2]
+
+    def _check(self, name: str, x: torch.Tensor, d: int) -> None:
+        want = (self.batch, self.n_kv_heads, "seq_new", d)
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"KVCache.append: {name} must be a torch.Tensor, got {type(x)}")
+        if x.ndim != 4 or (x.shape[0], x.shape[1], x.shape[3]) != (want[0], want[1], want[3]):
+            raise ValueError(
+                f"KVCache.append: {name} has shape {tuple(x.shape)}, expected "
+                f"(batch, n_kv_heads, seq_new, {'d_k' if name == 'k' else 'd_v'}) = {want}"
+            )
+        if x.dtype != self.dtype:
+            raise TypeError(
+                f"KVCache.append: {name} has dtype {x.dtype}, the cache holds {self.dtype}"
+            )
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store the keys and values of new positions; return everything cached.
+
+        Parameters
+        ----------
+        k : Tensor of shape (batch, n_kv_heads, seq_new, d_k)
+        v : Tensor of shape (batch, n_kv_heads, seq_new, d_v)
+
+        Returns
+        -------
+        k_all : Tensor of shape (batch, n_kv_heads, length, d_k)
+        v_all : Tensor of shape (batch, n_kv_heads, length, d_v)
+            Views of the storage (no copy), oldest position first.
+        """
+        self._check("k", k, self.d_k)
+        self._check("v", v, self.d_v)
+        if k.shape[2] != v.shape[2]:
+            raise ValueError(
+                f"KVCache.append: k has seq_new={k.shape[2]} but v has seq_new={v.shape[2]}"
+            )
+        end = self.length + k.shape[2]
+        if end > self.capacity:
+            self._grow(end)
+        self._k[:, :, self.length : end] = k.detach()
+        self._v[:, :, self.length : end] = v.detach()
+        self.length = end
+        return self.read()
+
+    def _grow(self, needed: int) -> None:
+        new_cap = max(needed, 2 * self.capacity)
+        k = torch.empty(self.batch, self.n_kv_heads, new_cap, self.d_k, dtype=self.dtype)
+        v = torch.empty(self.batch, self.n_kv_heads, new_cap, self.d_v, dtype=self.dtype)
+        k[:, :, : self.length] = self._k[:, :, : self.length]
+        v[:, :, : self.length] = self._v[:, :, : self.length]
+        self._k, self._v = k, v
+
+    def read(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The cached keys (batch, n_kv_heads, length, d_k) and values (..., length, d_v)."""
+        return self._k[:, :, : self.length], self._v[:, :, : self.length]
+
+    def __len__(self) -> int:
+        return self.length
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of storage this cache holds (keys and values, allocated capacity)."""
+        return self._k.untyped_storage().nbytes() + self._v.untyped_storage().nbytes()
+
+    def __repr__(self) -> str:
+        return (
+            f"KVCache(batch={self.batch}, n_kv_heads={self.n_kv_heads}, d_k={self.d_k}, "
+            f"d_v={self.d_v}, length={self.length}, capacity={self.capacity})"
+        )
+
+
+def kv_cache_bytes(
+    *,
+    n_layers: int,
+    batch: int,
+    n_kv_heads: int,
+    seq: int,
+    d_k: int,
+    d_v: int | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> int:
+    """Memory of a KV cache: ``n_layers · batch · n_kv_heads · seq · (d_k + d_v) · bytes``.
+
+    It grows linearly with every factor, and with the number of key/value heads — not of
+    query heads, which is why sharing keys (GQA, MQA) shrinks it.
+    """
+    d_v = d_k if d_v is None else d_v
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    return n_layers * batch * n_kv_heads * seq * (d_k + d_v) * itemsize
+
+
+# ----------------------------------------------------------------------------------------
+# Grouped keys.
+# ----------------------------------------------------------------------------------------
+
+
+def grouped_attend(q, k, v, mask=None, *, causal: bool = False):
+    """Attention where groups of query heads share one key/value head (GQA / MQA).
+
+    Parameters
+    ----------
+    q : Tensor of shape (batch, n_heads, seq_q, d_k)
+    k : Tensor of shape (batch, n_kv_heads, seq_k, d_k)
+        ``n_heads`` must be a multiple of ``n_kv_heads``; query heads
+        ``g·group .. (g+1)·group - 1`` use key head ``g`` (the layout of
+        ``scaled_dot_product_attention(..., enable_gqa=True)``).
+    v : Tensor of shape (batch, n_kv_heads, seq_k, d_v)
+    mask : bool Tensor broadcastable to (batch, n_heads, seq_q, seq_k), optional
+        True = may attend.
+    causal : bool, default False
+        Block future keys, aligned bottom-right: the queries are the *last* ``seq_q``
+        positions of the ``seq_k`` (as when decoding with a cache). With
+        ``seq_q == seq_k`` this is the usual causal mask.
+
+    Returns
+    -------
+    out : Tensor of shape (batch, n_heads, seq_q, d_v)
+    weights : Tensor of shape (batch, n_heads, seq_q, seq_k)
+    """
+    fn = "grouped_attend"
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, torch.Tensor) or x.ndim != 4:
+            shape = tuple(x.shape) if hasattr(x, "shape") else type(x).__name__
+            raise ValueError(
+                f"{fn}: {name} must be a 4-d tensor (batch, heads, seq, d), got {shape}"
+            )
+    batch, n_heads, seq_q, d_k = q.shape
+    n_kv = k.shape[1]
+    if v.shape[1] != n_kv or n_heads % n_kv:
+        raise ValueError(
+            f"{fn}: q has n_heads={n_heads} (shape {tuple(q.shape)}), k has n_kv_heads={n_kv} "
+            f"(shape {tuple(k.shape)}), v has {v.shape[1]} (shape {tuple(v.shape)}); k and v "
+            f"need the same number of heads, and it must divide n_heads"
+        )
+    group = n_heads // n_kv
+    seq_k = k.shape[2]
+    if causal and seq_q > 1:
+        cm = causal_mask(seq_q, seq_k, align="bottom_right", like=q)  # (seq_q, seq_k)
+        mask = cm if mask is None else mask & cm
+    elif causal and seq_q > seq_k:
+        raise ValueError(f"{fn}: causal with seq_q={seq_q} > seq_k={seq_k}")
+    if mask is not None:
+        mask = torch.broadcast_to(mask, (batch, n_heads, seq_q, seq_k))
+        mask = mask.reshape(batch, n_kv, group, seq_q, seq_k)
+    q_g = q.reshape(batch, n_kv, group, seq_q, d_k)  # (batch, n_kv_heads, group, seq_q, d_k)
+    # the key/value head is shared by the `group` query heads: a broadcast, not a copy
+    out, w = attend(q_g, k[:, :, None], v[:, :, None], mask)  # (batch, n_kv, group, seq_q, d_v)
+    return (
+        out.reshape(batch, n_heads, seq_q, v.shape[-1]),  # (batch, n_heads, seq_q, d_v)
+        w.reshape(batch, n_heads, seq_q, seq_k),  # (batch, n_heads, seq_q, seq_k)
+    )
+
+
+# ----------------------------------------------------------------------------------------
+# A tiny causal decoder.
+# ----------------------------------------------------------------------------------------
+
+
+class CausalSelfAttention(nn.Module):
+    """Causal self-attention with ``n_heads`` query heads and ``n_kv_heads`` key/value heads.
+
+    Separate ``W_q`` (d_model → n_heads·d_k), ``W_k`` and ``W_v`` (d_model → n_kv_heads·d_k)
+    and ``W_o``; ``d_k = d_model / n_heads``.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None):
+        super().__init__()
+        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+        if d_model % n_heads or n_heads % n_kv_heads:
+            raise ValueError(
+                f"CausalSelfAttention: need n_heads | d_model and n_kv_heads | n_heads, got "
+                f"d_model={d_model}, n_heads={n_heads}, n_kv_heads={n_kv_heads}"
+            )
+        self.n_heads, self.n_kv_heads = n_heads, n_kv_heads
+        self.d_k = d_model // n_heads
+        self.W_q = nn.Linear(d_model, n_heads * self.d_k, bias=False)
+        self.W_k = nn.Linear(d_model, n_kv_heads * self.d_k, bias=False)
+        self.W_v = nn.Linear(d_model, n_kv_heads * self.d_k, bias=False)
+        self.W_o = nn.Linear(n_heads * self.d_k, d_model, bias=False)
+
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        """x : Tensor of shape (batch, seq_new, d_model) -> (batch, seq_new, d_model).
+
+        Without a cache, x is the whole sequence. With one, x holds only the new
+        positions; their keys and values are appended and the queries see all of them.
+        """
+        batch, seq_new, _ = x.shape
+        q = self.W_q(x).view(batch, seq_new, self.n_heads, self.d_k).transpose(1, 2)
+        k = self.W_k(x).view(batch, seq_new, self.n_kv_heads, self.d_k).transpose(1, 2)
+        v = self.W_v(x).view(batch, seq_new, self.n_kv_heads, self.d_k).transpose(1, 2)
+        if cache is not None:
+            k, v = cache.append(k, v)  # (batch, n_kv_heads, seq_k, d_k), all positions so far
+        out, _ = grouped_attend(q, k, v, causal=True)  # (batch, n_heads, seq_new, d_k)
+        out = out.transpose(1, 2).reshape(batch, seq_new, self.n_heads * self.d_k)
+        return self.W_o(out)  # (batch, seq_new, d_model)
+
+
+class _Block(nn.Module):
+    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(d_model)
+        self.attn = CausalSelfAttention(d_model, n_heads, n_kv_heads)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.mlp = nn.Sequential(
+            nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model)
+        )
+
+    def forward(self, x, cache=None):
+        x = x + self.attn(self.norm1(x), cache)
+        return x + self.mlp(self.norm2(x))
+
+
+class TinyDecoder(nn.Module):
+    """A small causal language model: embeddings + ``n_layers`` attention blocks.
+
+    Each block is pre-norm self-attention (``n_heads`` query heads, ``n_kv_heads``
+    key/value heads) followed by an MLP. Positions are learned embeddings added to the
+    token embeddings (lesson 12 looks at positions more closely).
+
+    Parameters
+    ----------
+    vocab_size, d_model, n_heads : int
+    n_kv_heads : int, optional
+        Default ``n_heads`` (MHA); ``1`` is MQA; anything dividing ``n_heads`` is GQA.
+    n_layers : int, default 2
+    max_len : int, default 2048
+        Longest sequence (size of the position table).
+    """
+
+    def __init__(
+        self,
+        vocab_size: int = 64,
+        d_model: int = 64,
+        n_heads: int = 4,
+        n_kv_heads: int | None = None,
+        n_layers: int = 2,
+        max_len: int = 2048,
+    ):
+        super().__init__()
+        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+        self.n_heads, self.n_kv_heads, self.n_layers = n_heads, n_kv_heads, n_layers
+        self.d_k = d_model // n_heads
+        self.max_len = max_len
+        self.tok = nn.Embedding(vocab_size, d_model)
+        self.pos = nn.Embedding(max_len, d_model)
+        self.blocks = nn.ModuleList(
+            _Block(d_model, n_heads, n_kv_heads) for _ in range(n_layers)
+        )
+        self.norm = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab_size, bias=False)
+
+    def new_caches(self, batch: int, max_len: int) -> list[KVCache]:
+        """One empty :class:`KVCache` per layer, sized for ``max_len`` positions."""
+        dtype = self.tok.weight.dtype
+        return [
+            KVCache(batch, self.n_kv_heads, self.d_k, max_len=max_len, dtype=dtype)
+            for _ in range(self.n_layers)
+        ]
+
+    def forward(self, tokens: torch.Tensor, caches: list[KVCache] | None = None):
+        """Logits for every given position.
+
+        Parameters
+        ----------
+        tokens : int Tensor of shape (batch, seq_new)
+            The whole sequence (no cache), or only the new tokens (with caches, which
+            then hold the earlier positions).
+        caches : list of KVCache, one per layer, optional
+
+        Returns
+        -------
+        logits : Tensor of shape (batch, seq_new, vocab_size)
+        """
+        if tokens.ndim != 2:
+            raise ValueError(
+                f"TinyDecoder: tokens must have shape (batch, seq), got {tuple(tokens.shape)}"
+            )
+        if caches is not None and len(caches) != self.n_layers:
+            raise ValueError(f"TinyDecoder: {len(caches)} caches for {self.n_layers} layers")
+        start = 0 if caches is None else caches[0].length  # position of the first new token
+        seq_new = tokens.shape[1]
+        if start + seq_new > self.max_len:
+            raise ValueError(
+                f"TinyDecoder: position {start + seq_new - 1} exceeds max_len={self.max_len}"
+            )
+        pos = torch.arange(start, start + seq_new)  # (seq_new,)
+        x = self.tok(tokens) + self.pos(pos)  # (batch, seq_new, d_model)
+        for i, block in enumerate(self.blocks):
+            x = block(x, None if caches is None else caches[i])
+        return self.head(self.norm(x))  # (batch, seq_new, vocab_size)
+
+
+class Generation(NamedTuple):
+    """The result of :func:`generate`.
+
+    tokens : int Tensor of shape (batch, prompt_len + n_new)
+    logits : Tensor of shape (batch, n_new, vocab_size)
+        The logits each new token was chosen from.
+    caches : list of KVCache or None
+    """
+
+    tokens: torch.Tensor
+    logits: torch.Tensor
+    caches: list[KVCache] | None
+
+
+@torch.no_grad()
+def generate(model: TinyDecoder, prompt: torch.Tensor, n_new: int, *, use_cache: bool = True):
+    """Greedy decoding: append the most likely next token ``n_new`` times.
+
+    Without the cache every step runs the model on the whole sequence so far and keeps
+    only the last position's logits. With it, the prompt is processed once (filling the
+    caches) and every later step feeds only the newest token.
+
+    Parameters
+    ----------
+    model : TinyDecoder
+    prompt : int Tensor of shape (batch, prompt_len), prompt_len >= 1
+    n_new : int
+    use_cache : bool, default True
+
+    Returns
+    -------
+    Generation
+        ``tokens`` (batch, prompt_len + n_new), ``logits`` (batch, n_new, vocab_size),
+        ``caches`` (None without the cache).
+    """
+    if not isinstance(prompt, torch.Tensor) or prompt.ndim != 2 or prompt.shape[1] < 1:
+        shape = tuple(prompt.shape) if hasattr(prompt, "shape") else type(prompt).__name__
+        raise ValueError(f"generate: prompt must be (batch, prompt_len >= 1), got {shape}")
+    n_new = _check_int("generate", "n_new", n_new, 0)
+    batch, prompt_len = prompt.shape
+    total = prompt_len + n_new
+    tokens = torch.empty(batch, total, dtype=prompt.dtype)
+    tokens[:, :prompt_len] = prompt
+    all_logits = []
+    caches = model.new_caches(batch, total) if use_cache else None
+    feed = prompt  # what the model sees at this step
+    for t in range(prompt_len, total):
+        if use_cache:
+            logits = model(feed, caches)[:, -1]  # (batch, vocab_size)
+        else:
+            logits = model(tokens[:, :t])[:, -1]  # recompute every position, keep the last
+        nxt = logits.argmax(dim=-1)  # (batch,)
+        tokens[:, t] = nxt
+        all_logits.append(logits)
+        feed = nxt[:, None]  # (batch, 1): only the new token next time
+    vocab = model.head.out_features
+    logits = torch.stack(all_logits, 1) if all_logits else torch.empty(batch, 0, vocab)
+    return Generation(tokens, logits, caches)

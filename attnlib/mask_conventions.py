@@ -1,0 +1,195 @@
+"""Converting masks between attnlib's convention and ``nn.MultiheadAttention``'s.
+
+Two boolean conventions live side by side in torch:
+
+* attnlib and ``torch.nn.functional.scaled_dot_product_attention``: **True = may attend**;
+* ``torch.nn.MultiheadAttention``'s ``attn_mask`` and ``key_padding_mask``:
+  **True = blocked** (not allowed to attend).
+
+And both accept *float* masks, which they **add** to the scores: a float 0/1 mask meant
+as "1 = keep" blocks nothing. attnlib refuses float masks (:func:`check_bool_mask`).
+
+* attnlib (seq_q, seq_k) -> ``attn_mask`` (seq_q, seq_k): :func:`to_torch_attn_mask`;
+* attnlib (batch, n_heads, seq_q, seq_k) -> ``attn_mask`` (batch·n_heads, seq_q, seq_k):
+  :func:`to_torch_attn_mask`;
+* attnlib padding (batch, 1, seq_k) -> ``key_padding_mask`` (batch, seq_k):
+  :func:`to_torch_key_padding_mask`;
+
+and back with :func:`from_torch_attn_mask` and :func:`from_torch_key_padding_mask`. Every
+function takes and returns numpy arrays or torch tensors (the same kind).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from attnlib import _backend as B
+from attnlib.mha import _check_n_heads
+
+__all__ = [
+    "check_bool_mask",
+    "to_torch_attn_mask",
+    "from_torch_attn_mask",
+    "to_torch_key_padding_mask",
+    "from_torch_key_padding_mask",
+]
+
+
+def check_bool_mask(mask: Any, name: str = "mask", *, fn: str = "check_bool_mask"):
+    """Return ``mask`` unchanged if it is a boolean array or tensor; refuse anything else.
+
+    A float (or int) mask is refused because torch would *add* it to the scores: a 0/1
+    float mask shifts some scores by 1 and blocks nothing.
+
+    Parameters
+    ----------
+    mask : bool ndarray or Tensor
+    name : str
+        The argument's name, for the error message.
+
+    Returns
+    -------
+    mask : the same object
+
+    Raises
+    ------
+    TypeError
+        If ``mask`` is not an array/tensor, or its dtype is not bool.
+    """
+    if not (B.is_torch(mask) or B.is_numpy(mask)):
+        raise TypeError(
+            f"{fn}: {name} must be a boolean numpy.ndarray or torch.Tensor, got "
+            f"{type(mask).__name__}"
+        )
+    if not B.is_bool(mask):
+        raise TypeError(
+            f"{fn}: {B.describe(name, mask)} must be boolean. torch adds a float mask to the "
+            f"scores (0 keeps, -inf blocks), so a 0/1 float mask blocks nothing; build a bool "
+            f"mask, e.g. mask == 1 if 1 meant 'may attend'"
+        )
+    return mask
+
+
+def _invert(mask):
+    return ~mask  # works for bool numpy arrays and bool tensors alike
+
+
+def to_torch_attn_mask(mask, n_heads: int | None = None):
+    """attnlib mask (True = may attend) -> ``nn.MultiheadAttention`` ``attn_mask`` (True = blocked).
+
+    Parameters
+    ----------
+    mask : bool ndarray or Tensor of shape (seq_q, seq_k) or (batch, n_heads, seq_q, seq_k)
+        True = may attend.
+    n_heads : int, optional
+        Checked against ``mask.shape[1]`` for a 4-D mask.
+
+    Returns
+    -------
+    attn_mask : bool, same kind, shape (seq_q, seq_k) or (batch * n_heads, seq_q, seq_k)
+        True = blocked. The 3-D form is what ``nn.MultiheadAttention`` wants for a mask
+        that differs between sequences or heads (batch-major: index ``b * n_heads + h``).
+    """
+    fn = "to_torch_attn_mask"
+    check_bool_mask(mask, fn=fn)
+    if mask.ndim == 2:
+        return _invert(mask)  # (seq_q, seq_k)
+    if mask.ndim == 4:
+        batch, heads, seq_q, seq_k = mask.shape
+        if n_heads is not None and _check_n_heads(fn, n_heads) != heads:
+            raise ValueError(
+                f"{fn}: mask of shape {tuple(mask.shape)} has {heads} heads, expected "
+                f"n_heads={n_heads}; expand a shared mask to every head first"
+            )
+        return _invert(mask).reshape(batch * heads, seq_q, seq_k)  # (batch * n_heads, ...)
+    raise ValueError(
+        f"{fn}: mask of shape {tuple(mask.shape)} must be (seq_q, seq_k) or "
+        f"(batch, n_heads, seq_q, seq_k); a padding mask goes to key_padding_mask "
+        f"(to_torch_key_padding_mask)"
+    )
+
+
+def from_torch_attn_mask(attn_mask, n_heads: int | None = None):
+    """``nn.MultiheadAttention`` ``attn_mask`` (True = blocked) -> attnlib mask (True = may attend).
+
+    Parameters
+    ----------
+    attn_mask : bool ndarray or Tensor of shape (seq_q, seq_k) or (batch * n_heads, seq_q, seq_k)
+        True = blocked. Float (additive) masks are refused.
+    n_heads : int
+        Required for the 3-D form, to split its first axis.
+
+    Returns
+    -------
+    mask : bool, same kind, shape (seq_q, seq_k) or (batch, n_heads, seq_q, seq_k)
+        True = may attend.
+    """
+    fn = "from_torch_attn_mask"
+    check_bool_mask(attn_mask, "attn_mask", fn=fn)
+    if attn_mask.ndim == 2:
+        return _invert(attn_mask)  # (seq_q, seq_k)
+    if attn_mask.ndim == 3:
+        if n_heads is None:
+            raise ValueError(
+                f"{fn}: a 3-D attn_mask of shape {tuple(attn_mask.shape)} is "
+                f"(batch * n_heads, seq_q, seq_k); pass n_heads to split it"
+            )
+        n_heads = _check_n_heads(fn, n_heads)
+        bh, seq_q, seq_k = attn_mask.shape
+        if bh % n_heads:
+            raise ValueError(
+                f"{fn}: attn_mask of shape {tuple(attn_mask.shape)}: {bh} is not a multiple "
+                f"of n_heads={n_heads}"
+            )
+        return _invert(attn_mask).reshape(bh // n_heads, n_heads, seq_q, seq_k)
+    raise ValueError(
+        f"{fn}: attn_mask of shape {tuple(attn_mask.shape)} must be (seq_q, seq_k) or "
+        f"(batch * n_heads, seq_q, seq_k)"
+    )
+
+
+def to_torch_key_padding_mask(mask):
+    """attnlib padding mask (True = real token) -> ``key_padding_mask`` (True = padding).
+
+    Parameters
+    ----------
+    mask : bool ndarray or Tensor of shape (batch, 1, seq_k) or (batch, seq_k)
+        True = real token, as from :func:`attnlib.padding_mask`.
+
+    Returns
+    -------
+    key_padding_mask : bool, same kind, shape (batch, seq_k)
+        True = padding (blocked).
+    """
+    fn = "to_torch_key_padding_mask"
+    check_bool_mask(mask, fn=fn)
+    if mask.ndim == 3 and mask.shape[1] == 1:
+        mask = mask[:, 0, :]  # (batch, seq_k)
+    elif mask.ndim != 2:
+        raise ValueError(
+            f"{fn}: mask of shape {tuple(mask.shape)} must be (batch, 1, seq_k) or "
+            f"(batch, seq_k): padding is about keys, the same for every query"
+        )
+    return _invert(mask)  # (batch, seq_k)
+
+
+def from_torch_key_padding_mask(key_padding_mask):
+    """``key_padding_mask`` (True = padding) -> attnlib padding mask (True = real token).
+
+    Parameters
+    ----------
+    key_padding_mask : bool ndarray or Tensor of shape (batch, seq_k)
+
+    Returns
+    -------
+    mask : bool, same kind, shape (batch, 1, seq_k)
+        True = real token; broadcasts over query positions like :func:`attnlib.padding_mask`.
+    """
+    fn = "from_torch_key_padding_mask"
+    check_bool_mask(key_padding_mask, "key_padding_mask", fn=fn)
+    if key_padding_mask.ndim != 2:
+        raise ValueError(
+            f"{fn}: key_padding_mask of shape {tuple(key_padding_mask.shape)} must be "
+            f"(batch, seq_k)"
+        )
+    return _invert(key_padding_mask)[:, None, :]  # (batch, 1, seq_k)

@@ -1,0 +1,49 @@
+"""Shared test set-up: paths, the project's interpreter, and hypothesis settings.
+
+Nothing here is autouse: each test file asks for what it needs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = ROOT / "notebooks"
+VENV_BIN = ROOT / ".venv" / "bin"
+
+# Property tests: deterministic in CI (same examples every run, no example database
+# written into the repository), a larger random search on demand:
+#   HYPOTHESIS_PROFILE=explore .venv/bin/python -m pytest tests/test_core.py
+settings.register_profile(
+    "course",
+    max_examples=40,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "explore", max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "course"))
+
+
+def project_python() -> str:
+    """The venv's interpreter if it exists (as `make test` runs), else this one."""
+    venv_python = VENV_BIN / "python"
+    return str(venv_python) if venv_python.exists() else sys.executable
+
+
+@pytest.fixture(scope="session")
+def root() -> Path:
+    return ROOT
+
+
+@pytest.fixture(scope="session")
+def python() -> str:
+    return project_python()

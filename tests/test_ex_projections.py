@@ -1,0 +1,142 @@
+"""The lesson-02 exercise checks: each known mistake is named, and only that one."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from attnlib import checks
+from attnlib.checks import _core
+
+EXERCISES = ("project", "linear_forward")
+
+
+def _variants():
+    for name in EXERCISES:
+        for m in checks.get_exercise(name).misconceptions:
+            for i, variant in enumerate(m.variants):
+                yield pytest.param(name, m.id, variant, id=f"{name}-{m.id}-{i}")
+
+
+# Hand-written correct solutions, as a learner would write them (not the attnlib reference).
+def project_by_hand(x, W_q, W_k, W_v):
+    return x @ W_q, x @ W_k, x @ W_v
+
+
+def linear_by_hand(x, weight, bias=None):
+    y = x @ np.swapaxes(weight, -1, -2)
+    if bias is not None:
+        y = y + bias
+    return y
+
+
+HAND = {"project": project_by_hand, "linear_forward": linear_by_hand}
+
+
+@pytest.mark.parametrize("name", EXERCISES)
+def test_reference_and_hand_solution_are_diagnosed_clean(name):
+    ex = checks.get_exercise(name)
+    assert checks.diagnose(name, ex.reference) == []
+    assert checks.run(name, ex.reference).ok
+    report = checks.run(name, HAND[name])
+    assert report.ok and report.called_reference == []
+    assert checks.diagnose(name, HAND[name]) == []
+
+
+@pytest.mark.parametrize("name", EXERCISES)
+def test_check_passes_hand_solution_with_one_line(name, capsys):
+    checks.check(name, HAND[name])
+    out = capsys.readouterr().out
+    assert out.startswith(f"✔ {name}: correct on all ") and out.count("\n") == 1
+    checks.check_hidden(name, HAND[name])  # silent, does not raise
+    assert capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize(("name", "mid", "variant"), list(_variants()))
+def test_each_variant_is_diagnosed_as_exactly_its_id(name, mid, variant):
+    assert checks.diagnose(name, variant) == [mid]
+    assert checks.run(name, variant, hidden=True).misconceptions == [mid]
+
+
+@pytest.mark.parametrize("name", EXERCISES)
+def test_hidden_cases_add_new_shapes_and_pass_a_correct_solution(name):
+    ex = checks.get_exercise(name)
+    visible, every = ex.cases(), ex.cases(hidden=True)
+    assert len(every) > len(visible)
+    shapes = lambda cases: {tuple(a.shape for a in c.args if a is not None) for c in cases}  # noqa: E731
+    assert shapes(every[len(visible) :]) - shapes(visible)  # at least one unseen shape
+    assert checks.run(name, HAND[name], hidden=True).ok
+
+
+@pytest.mark.parametrize(("name", "mid", "variant"), list(_variants()))
+def test_check_raises_naming_the_id(name, mid, variant):
+    with pytest.raises(AssertionError, match=rf"\[{mid}\]"):
+        checks.check(name, variant)
+    with pytest.raises(AssertionError, match=mid):
+        checks.check_hidden(name, variant)
+
+
+@pytest.mark.parametrize("name", EXERCISES)
+def test_unfinished_stub_fails_without_a_diagnosis(name):
+    def stub(*args, **kwargs):
+        raise NotImplementedError()
+
+    report = checks.run(name, stub)
+    assert not report.ok and report.misconceptions == []
+    with pytest.raises(AssertionError, match="NotImplementedError"):
+        checks.check(name, stub)
+
+
+def test_calling_the_reference_is_refused():
+    from attnlib.projections import linear, project
+
+    with pytest.raises(AssertionError, match="calls the course's reference"):
+        checks.check("project", lambda x, a, b, c: project(x, a, b, c))
+    with pytest.raises(AssertionError, match="calls the course's reference"):
+        checks.check("linear_forward", lambda x, weight, bias=None: linear(x, weight, bias))
+
+
+def test_an_object_equal_to_everything_does_not_pass():
+    class Always:
+        def __eq__(self, other):
+            return True
+
+        __hash__ = None
+
+    assert not checks.run("project", lambda *a: (Always(), Always(), Always())).ok
+    assert not checks.run("linear_forward", lambda *a, **k: Always()).ok
+
+
+@pytest.mark.parametrize("name", EXERCISES)
+def test_cases_are_non_square_so_a_transpose_cannot_pass(name):
+    """Every case has at least one non-square input; most have all sizes distinct."""
+    ex = checks.get_exercise(name)
+    cases = ex.cases()
+    assert len(cases) >= 4
+    all_distinct = 0
+    for case in cases:
+        arrays = [a for a in (*case.args, *case.kwargs.values()) if a is not None]
+        assert all(isinstance(a, np.ndarray) and a.dtype == np.float64 for a in arrays)
+        sizes = [s for a in arrays for s in a.shape]
+        if name == "project":
+            x, W_q, _, W_v = case.args
+            dims = {x.shape[-2], x.shape[-1], W_q.shape[1], W_v.shape[1]}
+        else:
+            x, weight = case.args[:2]
+            dims = {x.shape[-2], weight.shape[0], weight.shape[1]}
+        all_distinct += len(dims) == (4 if name == "project" else 3)
+        assert len(set(sizes)) > 1, case.label
+    assert all_distinct >= 2
+
+
+def test_every_variant_differs_from_the_reference_on_some_case():
+    for name in EXERCISES:
+        ex = checks.get_exercise(name)
+        cases = ex.cases()
+        expected = [_core._call(ex.reference, c) for c in cases]
+        for m in ex.misconceptions:
+            for variant in m.variants:
+                outs = [_core._call(variant, c) for c in cases]
+                assert any(
+                    not _core._same(ex, e, o)[0] for e, o in zip(expected, outs, strict=True)
+                ), (name, m.id)
