@@ -41,9 +41,9 @@ from __future__ import annotations
 
 import argparse
 import ast
-import copy
 import csv
 import json
+import os
 import shutil
 import sys
 import time
@@ -76,7 +76,9 @@ _SNAPSHOT_CODE = "__import__('attnlib.checks.grading', fromlist=['_']).snapshot(
 
 
 def _error_output(ename: str, evalue: str) -> nbformat.NotebookNode:
-    return nbformat.v4.new_output("error", ename=ename, evalue=evalue, traceback=[f"{ename}: {evalue}"])
+    return nbformat.v4.new_output(
+        "error", ename=ename, evalue=evalue, traceback=[f"{ename}: {evalue}"]
+    )
 
 
 class ResilientExecute(Execute):
@@ -98,12 +100,13 @@ class ResilientExecute(Execute):
 
     def _run_quietly(self, source: str, index: int, timeout: int | None) -> nbformat.NotebookNode:
         cell = nbformat.v4.new_code_cell(source)
-        saved = self.timeout
+        saved, original = self.timeout, self.nb.cells[index]
         self.timeout = timeout
         try:
             self.execute_cell(cell, index, store_history=False)
         finally:
             self.timeout = saved
+            self.nb.cells[index] = original  # nbclient stores the executed cell at index
         return cell
 
     @staticmethod
@@ -116,11 +119,14 @@ class ResilientExecute(Execute):
     def _restart_and_replay(self, index: int) -> None:
         from jupyter_core.utils import run_sync
 
-        self.log.warning("Restarting the kernel after cell %d and replaying %d cells",
-                         index, len(self._completed))
+        self.log.warning(
+            "Restarting the kernel after cell %d and replaying %d cells",
+            index,
+            len(self._completed),
+        )
         run_sync(self.km.restart_kernel)(now=True)
         run_sync(self.kc.wait_for_ready)(timeout=self.startup_timeout)
-        self._run_quietly(_SNAPSHOT_CODE, index, self.timeout)
+        self._run_quietly(_SNAPSHOT_CODE, index, self.startup_timeout)
         for i in self._completed:
             replay = self._run_quietly(self.nb.cells[i].source, i, self.timeout)
             if self._timed_out(replay):
@@ -131,7 +137,9 @@ class ResilientExecute(Execute):
             return cell, resources
         if not self._started:
             self._started = True
-            self._run_quietly(_SNAPSHOT_CODE, index, self.timeout)
+            # imports numpy, torch and attnlib: may take longer than a cell's limit on a busy
+            # machine, so it gets the kernel start-up allowance
+            self._run_quietly(_SNAPSHOT_CODE, index, self.startup_timeout)
         try:
             cell, resources = super().preprocess_cell(cell, resources, index)
         except DeadKernelError:
@@ -233,15 +241,30 @@ def build_source(notebooks: Path, course: Path) -> list[str]:
     return names
 
 
+def _venv_on_path() -> None:
+    # nbgrader runs the `alembic` executable of its own environment to check the gradebook
+    # schema; when this runs as .venv/bin/python without an activated venv it is not on PATH.
+    bindir = str(Path(sys.executable).parent)
+    if bindir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
+
+
 def load_config(course: Path, timeout: int | None = None):
     """The repository's nbgrader_config.py with the course folder set to ``course``."""
     from traitlets.config.loader import PyFileConfigLoader
 
+    _venv_on_path()
     cfg = PyFileConfigLoader("nbgrader_config.py", path=str(REPO_ROOT)).load_config()
     cfg.CourseDirectory.root = str(Path(course).resolve())
     if timeout is not None:
         cfg.Execute.timeout = int(timeout)
     return cfg
+
+
+def _db_url(cfg) -> str:
+    from nbgrader.coursedir import CourseDirectory
+
+    return CourseDirectory(config=cfg).db_url
 
 
 def _run_app(app_cls, cfg, assignment: str, student: str = "*", **attrs) -> dict:
@@ -282,19 +305,64 @@ def release(course: Path, notebooks: Path, assignments: list[str] | None = None)
 # ----------------------------------------------------------------------------------------
 
 _WATCHED_MODULES = {
-    "np", "numpy", "torch", "attnlib", "checks", "grading", "builtins", "sys", "math",
-    "warnings", "importlib", "nbgrader", "IPython", "os", "F", "nn", "testing",
+    "np",
+    "numpy",
+    "torch",
+    "attnlib",
+    "checks",
+    "grading",
+    "builtins",
+    "sys",
+    "math",
+    "warnings",
+    "importlib",
+    "nbgrader",
+    "IPython",
+    "os",
+    "F",
+    "nn",
+    "testing",
 }
-_SUSPICIOUS_CALLS = {"setattr", "delattr", "exec", "eval", "compile", "__import__", "globals", "vars"}
+_SUSPICIOUS_CALLS = {
+    "setattr",
+    "delattr",
+    "exec",
+    "eval",
+    "compile",
+    "__import__",
+    "globals",
+    "vars",
+}
 _SUSPICIOUS_ATTRS = {
-    "settrace", "setprofile", "_getframe", "currentframe", "f_back", "f_globals", "f_locals",
-    "__builtins__", "__globals__", "__code__", "__dict__", "__class__", "_exit", "modules",
-    "_SNAPSHOT", "_REGISTRY",
+    "settrace",
+    "setprofile",
+    "_getframe",
+    "currentframe",
+    "f_back",
+    "f_globals",
+    "f_locals",
+    "__builtins__",
+    "__globals__",
+    "__code__",
+    "__dict__",
+    "__class__",
+    "_exit",
+    "modules",
+    "_SNAPSHOT",
+    "_REGISTRY",
 }
 _SUSPICIOUS_IMPORTS = {"builtins", "ctypes", "gc", "importlib", "unittest", "inspect", "signal"}
 _LYING_DUNDERS = {
-    "__eq__", "__ne__", "__array__", "__array_ufunc__", "__array_function__",
-    "__torch_function__", "__float__", "__bool__", "__getattr__", "__getattribute__",
+    "__eq__",
+    "__ne__",
+    "__array__",
+    "__array_ufunc__",
+    "__array_function__",
+    "__torch_function__",
+    "__float__",
+    "__bool__",
+    "__getattr__",
+    "__getattribute__",
 }
 
 
@@ -356,7 +424,9 @@ def audit_code(source: str, forbidden: set[str]) -> list[str]:
             if node.module.split(".")[0] == "attnlib":
                 used = [a.name for a in node.names if a.name in forbidden or a.name == "*"]
                 if used:
-                    reasons.append(f"imports {', '.join(used)} from {node.module} (a course reference)")
+                    reasons.append(
+                        f"imports {', '.join(used)} from {node.module} (a course reference)"
+                    )
             if node.module.split(".")[0] in _SUSPICIOUS_IMPORTS:
                 reasons.append(f"imports from {node.module}")
         if isinstance(node, ast.Import):
@@ -391,7 +461,8 @@ def audit_notebook(submitted: Path, released: Path | None) -> list[str]:
         unchanged = {
             c.source
             for c in rel.cells
-            if c.cell_type == "code" and not c.get("metadata", {}).get("nbgrader", {}).get("solution")
+            if c.cell_type == "code"
+            and not c.get("metadata", {}).get("nbgrader", {}).get("solution")
         }
     forbidden = _forbidden_names()
     reasons = []
@@ -454,7 +525,7 @@ def _scan_autograded(path: Path, outcome: Outcome) -> None:
 def _scores(course: Path, cfg, assignment: str, student: str) -> tuple[float | None, float | None]:
     from nbgrader.api import Gradebook, MissingEntry
 
-    with Gradebook(cfg.CourseDirectory.db_url or f"sqlite:///{course / 'gradebook.db'}") as gb:
+    with Gradebook(_db_url(cfg)) as gb:
         try:
             sub = gb.find_submission(assignment, student)
         except MissingEntry:
@@ -495,21 +566,24 @@ def autograde(
     echo=print,
 ) -> list[Outcome]:
     """Grade every submission under <course>/submitted, write the report and the CSV."""
-    from nbgrader.api import Gradebook, MissingEntry
+    from nbgrader.api import Gradebook
     from nbgrader.converters import Autograde, GenerateAssignment
 
     course = Path(course).resolve()
     submitted = course / "submitted"
     if not submitted.exists():
-        raise SystemExit(f"no submissions: {submitted} does not exist (layout: "
-                         f"submitted/<student>/<lesson>/<lesson>.ipynb)")
+        raise SystemExit(
+            f"no submissions: {submitted} does not exist (layout: "
+            f"submitted/<student>/<lesson>/<lesson>.ipynb)"
+        )
     names = build_source(notebooks, course)
     cfg = load_config(course, timeout)
     pairs = [
-        (a, s) for a, s in find_submissions(submitted)
+        (a, s)
+        for a, s in find_submissions(submitted)
         if (not students or s in students) and (not assignments or a in assignments)
     ]
-    with Gradebook(cfg.CourseDirectory.db_url or f"sqlite:///{course / 'gradebook.db'}") as gb:
+    with Gradebook(_db_url(cfg)) as gb:
         known = {a.name for a in gb.assignments}
     logs = course / "build" / "logs"
     outcomes = []
@@ -525,8 +599,9 @@ def autograde(
         if assignment not in known:  # released elsewhere: create it in this gradebook
             result = _run_app(GenerateAssignment, cfg, assignment, ".", force=True)
             if not result["success"]:
-                raise SystemExit(f"nbgrader generate_assignment {assignment} failed:\n"
-                                 f"{result.get('error', '')}")
+                raise SystemExit(
+                    f"nbgrader generate_assignment {assignment} failed:\n{result.get('error', '')}"
+                )
         for a, student in [(a, s) for a, s in pairs if a == assignment]:
             t0 = time.perf_counter()
             o = Outcome(a, student)
@@ -560,10 +635,11 @@ def autograde(
     _write_report(course, outcomes)
     total = time.perf_counter() - t_all
     if outcomes:
-        echo(f"graded {len(outcomes)} submission(s) in {total:.1f} s "
-             f"({total / len(outcomes):.1f} s each)")
+        echo(
+            f"graded {len(outcomes)} submission(s) in {total:.1f} s "
+            f"({total / len(outcomes):.1f} s each)"
+        )
     export(course, to=to, echo=echo)
-    _ = MissingEntry
     return outcomes
 
 
@@ -572,8 +648,19 @@ def autograde(
 # ----------------------------------------------------------------------------------------
 
 CSV_KEYS = [
-    "assignment", "student_id", "status", "needs_review", "score", "max_score", "raw_score",
-    "late_submission_penalty", "timestamp", "notes", "last_name", "first_name", "email",
+    "assignment",
+    "student_id",
+    "status",
+    "needs_review",
+    "score",
+    "max_score",
+    "raw_score",
+    "late_submission_penalty",
+    "timestamp",
+    "notes",
+    "last_name",
+    "first_name",
+    "email",
     "duedate",
 ]
 
@@ -590,23 +677,37 @@ def _csv_rows(gradebook, report: dict, students=(), assignments=()) -> list[dict
                 continue
             info = report.get(assignment.name, {}).get(student.id)
             row = {
-                "assignment": assignment.name, "student_id": student.id,
-                "last_name": student.last_name or "", "first_name": student.first_name or "",
-                "email": student.email or "", "duedate": assignment.duedate or "",
+                "assignment": assignment.name,
+                "student_id": student.id,
+                "last_name": student.last_name or "",
+                "first_name": student.first_name or "",
+                "email": student.email or "",
+                "duedate": assignment.duedate or "",
                 "max_score": assignment.max_score,
             }
             try:
                 sub = gradebook.find_submission(assignment.name, student.id)
             except MissingEntry:
-                row.update(status="no submission", needs_review="no", score=0.0, raw_score=0.0,
-                           late_submission_penalty=0.0, timestamp="", notes="")
+                row.update(
+                    status="no submission",
+                    needs_review="no",
+                    score=0.0,
+                    raw_score=0.0,
+                    late_submission_penalty=0.0,
+                    timestamp="",
+                    notes="",
+                )
                 rows.append(row)
                 continue
             penalty = sub.late_submission_penalty or 0.0
             row.update(
-                status="graded", needs_review="no", raw_score=sub.score,
-                late_submission_penalty=penalty, score=max(0.0, sub.score - penalty),
-                timestamp=sub.timestamp or "", notes="",
+                status="graded",
+                needs_review="no",
+                raw_score=sub.score,
+                late_submission_penalty=penalty,
+                score=max(0.0, sub.score - penalty),
+                timestamp=sub.timestamp or "",
+                notes="",
             )
             if info:
                 row["status"] = info["status"]
@@ -643,7 +744,7 @@ def export(course: Path, to: Path | None = None, echo=print) -> Path:
     course = Path(course).resolve()
     dest = Path(to) if to else course / "grades.csv"
     cfg = load_config(course)
-    with Gradebook(cfg.CourseDirectory.db_url or f"sqlite:///{course / 'gradebook.db'}") as gb:
+    with Gradebook(_db_url(cfg)) as gb:
         rows = _csv_rows(gb, _read_report(course))
     with open(dest, "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=CSV_KEYS)
@@ -702,10 +803,14 @@ def validate(course: Path, notebooks: Path, echo=print) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m attnlib.gradebook", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["build", "release", "autograde", "export",
-                                            "feedback", "validate"])
+    parser = argparse.ArgumentParser(
+        prog="python -m attnlib.gradebook",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "command", choices=["build", "release", "autograde", "export", "feedback", "validate"]
+    )
     parser.add_argument("names", nargs="*", help="lessons (default: every graded lesson)")
     parser.add_argument("--course", type=Path, default=REPO_ROOT, help="nbgrader course folder")
     parser.add_argument("--notebooks", type=Path, default=REPO_ROOT / "notebooks")
@@ -719,8 +824,14 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "release":
         release(args.course, args.notebooks, args.names or None)
     elif args.command == "autograde":
-        outcomes = autograde(args.course, args.notebooks, timeout=args.timeout,
-                             students=args.student, assignments=args.names or None, to=args.to)
+        outcomes = autograde(
+            args.course,
+            args.notebooks,
+            timeout=args.timeout,
+            students=args.student,
+            assignments=args.names or None,
+            to=args.to,
+        )
         return 1 if any(o.status == "NOT GRADED" for o in outcomes) else 0
     elif args.command == "export":
         export(args.course, args.to)

@@ -25,6 +25,7 @@ from typing import NamedTuple
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from attnlib.core import attend
 from attnlib.masks import causal_mask
@@ -258,6 +259,18 @@ def grouped_attend(q, k, v, mask=None, *, causal: bool = False):
 # ----------------------------------------------------------------------------------------
 
 
+def _sdpa_causal(q, k, v):
+    """Causal attention of the last seq_q positions over seq_k keys, via torch's SDPA."""
+    seq_q, seq_k = q.shape[2], k.shape[2]
+    gqa = q.shape[1] != k.shape[1]
+    if seq_q == 1:  # the newest token sees every cached key: no mask at all
+        return F.scaled_dot_product_attention(q, k, v, enable_gqa=gqa)
+    if seq_q == seq_k:  # no cache yet: the ordinary (top-left) causal mask
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+    mask = causal_mask(seq_q, seq_k, align="bottom_right", like=q)  # (seq_q, seq_k)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+
+
 class CausalSelfAttention(nn.Module):
     """Causal self-attention with ``n_heads`` query heads and ``n_kv_heads`` key/value heads.
 
@@ -279,6 +292,9 @@ class CausalSelfAttention(nn.Module):
         self.W_k = nn.Linear(d_model, n_kv_heads * self.d_k, bias=False)
         self.W_v = nn.Linear(d_model, n_kv_heads * self.d_k, bias=False)
         self.W_o = nn.Linear(n_heads * self.d_k, d_model, bias=False)
+        # True: torch's fused kernel (fast); False: attnlib's grouped_attend (same numbers,
+        # proven equal in tests/test_kv_cache.py, and returns the weights).
+        self.use_sdpa = True
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
         """x : Tensor of shape (batch, seq_new, d_model) -> (batch, seq_new, d_model).
@@ -292,7 +308,10 @@ class CausalSelfAttention(nn.Module):
         v = self.W_v(x).view(batch, seq_new, self.n_kv_heads, self.d_k).transpose(1, 2)
         if cache is not None:
             k, v = cache.append(k, v)  # (batch, n_kv_heads, seq_k, d_k), all positions so far
-        out, _ = grouped_attend(q, k, v, causal=True)  # (batch, n_heads, seq_new, d_k)
+        if self.use_sdpa:
+            out = _sdpa_causal(q, k, v)  # (batch, n_heads, seq_new, d_k)
+        else:
+            out, _ = grouped_attend(q, k, v, causal=True)  # (batch, n_heads, seq_new, d_k)
         out = out.transpose(1, 2).reshape(batch, seq_new, self.n_heads * self.d_k)
         return self.W_o(out)  # (batch, seq_new, d_model)
 

@@ -27,6 +27,7 @@ with three wirings of the keys and values:
 
 from __future__ import annotations
 
+import contextlib
 from typing import NamedTuple
 
 import numpy as np
@@ -38,6 +39,7 @@ from attnlib.training import History, train
 
 __all__ = [
     "MODES",
+    "one_thread",
     "LookupBatch",
     "LookupAttention",
     "lookup_batch",
@@ -111,7 +113,9 @@ def lookup_batch(names, numbers, query_pos, n_names: int, n_numbers: int):
         )
     batch, seq_k = names.shape
     if query_pos.shape != (batch,):
-        raise ValueError(f"lookup_batch: query_pos must have shape ({batch},), got {query_pos.shape}")
+        raise ValueError(
+            f"lookup_batch: query_pos must have shape ({batch},), got {query_pos.shape}"
+        )
     for arr, lim, what in ((names, n_names, "names"), (numbers, n_numbers, "numbers")):
         if arr.size and (arr.min() < 0 or arr.max() >= lim):
             raise ValueError(f"lookup_batch: {what} must lie in 0..{lim - 1}")
@@ -131,7 +135,9 @@ def sample_lookup(
 ) -> LookupBatch:
     """Draw a batch of the task: names distinct within a sequence, numbers with repeats."""
     if seq_k > n_names:
-        raise ValueError(f"sample_lookup: seq_k={seq_k} needs at least as many names, got {n_names}")
+        raise ValueError(
+            f"sample_lookup: seq_k={seq_k} needs at least as many names, got {n_names}"
+        )
     g = generator
     names = np.argsort(g.random((batch, n_names)), axis=-1)[:, :seq_k]  # distinct names
     numbers = g.integers(0, n_numbers, size=(batch, seq_k))
@@ -197,6 +203,21 @@ class LookupAttention(nn.Module):
         return self.W_o(out[:, 0]), weights  # (batch, n_out)
 
 
+@contextlib.contextmanager
+def one_thread():
+    """Run torch on one thread inside the block (restored after).
+
+    The models of lessons 05 and 06 are tiny: one thread is faster than two, and a second
+    thread competing with other work on a busy machine can make every step 10x slower.
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 def make_lookup(mode: str, *, d_head: int, n_names: int, n_numbers: int, seed: int):
     """A freshly initialised :class:`LookupAttention`, seeded."""
     torch.manual_seed(seed)
@@ -223,11 +244,15 @@ def fit_lookup(
     track: dict | None = None,
     progress: bool = True,
     desc: str | None = None,
+    probe=None,
 ) -> History:
     """Train on fresh batches (cross-entropy, Adam); records ``loss`` and ``accuracy``.
 
     Every step draws a new batch, so the accuracy recorded at a step is measured on
-    examples the model has not seen before.
+    examples the model has not seen before. ``probe(model) -> dict`` (optional) is called
+    before each update; its numbers are recorded under their own names (e.g. the entropy
+    of a fixed example's attention). ``track`` records gradient norms (see
+    :func:`attnlib.training.train`).
     """
     g = np.random.default_rng(seed)
     loss_fn = nn.CrossEntropyLoss()
@@ -236,17 +261,22 @@ def fit_lookup(
         b = sample_lookup(batch, seq_k=seq_k, n_names=n_names, n_numbers=n_numbers, generator=g)
         logits, _ = model(b.query, b.tokens)
         acc = (logits.argmax(-1) == b.target).float().mean()
-        return loss_fn(logits, b.target), {"accuracy": float(acc)}
+        extras = {"accuracy": float(acc)}
+        if probe is not None:
+            with torch.no_grad():
+                extras.update(probe(model))
+        return loss_fn(logits, b.target), extras
 
-    return train(
-        model.parameters(),
-        step,
-        steps=steps,
-        lr=lr,
-        track=track,
-        progress=progress,
-        desc=desc or model.mode,
-    )
+    with one_thread():
+        return train(
+            model.parameters(),
+            step,
+            steps=steps,
+            lr=lr,
+            track=track,
+            progress=progress,
+            desc=desc or model.mode,
+        )
 
 
 def all_tokens(n_names: int, n_numbers: int) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:

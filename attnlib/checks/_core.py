@@ -211,8 +211,7 @@ def _same(ex: Exercise, expected: Any, got: Any) -> tuple[bool, str]:
             continue
         if ga is None:
             return False, (
-                f"{which}returned a {_type(g).__name__}, expected a numpy.ndarray or "
-                f"torch.Tensor"
+                f"{which}returned a {_type(g).__name__}, expected a numpy.ndarray or torch.Tensor"
             )
         if ga.dtype.kind not in "biuf":
             return False, f"{which}dtype {ga.dtype}, expected numbers (or bool for a mask)"

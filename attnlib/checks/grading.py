@@ -27,7 +27,6 @@ driver reads: ``[needs-review]`` (tampering) and ``[calls-reference]``.
 
 from __future__ import annotations
 
-import builtins
 import importlib
 import sys
 import sysconfig
@@ -207,7 +206,9 @@ def fresh_core():
 
 
 def _tamper_error(exercise: str, problems: list[str]) -> AssertionError:
-    shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
+    shown = "; ".join(problems[:5]) + (
+        f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
+    )
     return AssertionError(
         f"✘ {exercise}: {TAMPER_TAG} the hidden tests were not run because the testing "
         f"machinery in this kernel was changed: {shown}"
@@ -234,5 +235,3 @@ def verify(exercise: str, fn: Callable) -> None:
         ids = ", ".join(report.misconceptions)
         hint = f" (probable mistake: {ids})" if ids else ""
         raise AssertionError(f"✘ {exercise}: hidden tests failed {report.first_failure}{hint}")
-
-

@@ -32,3 +32,36 @@ __all__ = [
     "new_axes",
     "vectors",
 ]
+
+# Lesson 04: why divide by √d_k.
+from attnlib.plot._scaling import (  # noqa: E402
+    explorer_grid,
+    explorer_view,
+    gradient_vs_width,
+    saturation_vs_width,
+    score_histograms,
+    temperature_sweep,
+    training_curves,
+    variance_vs_width,
+)
+
+__all__ += [
+    "explorer_grid",
+    "explorer_view",
+    "gradient_vs_width",
+    "saturation_vs_width",
+    "score_histograms",
+    "temperature_sweep",
+    "training_curves",
+    "variance_vs_width",
+]
+
+# Lessons 05 and 06: keys versus values, learning keys.
+from attnlib.plot._learning import (  # noqa: E402
+    entropy_curve,
+    feature_spaces,
+    grad_norm_curves,
+    learning_curves,
+)
+
+__all__ += ["entropy_curve", "feature_spaces", "grad_norm_curves", "learning_curves"]

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import matplotlib as mpl
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.ticker import MaxNLocator
 
 # One palette and one colour map for the whole course.
 PALETTE = ("#1f5aa6", "#d1495b", "#edae49", "#00798c", "#66a182", "#8d6a9f", "#30343f")
@@ -47,6 +48,24 @@ def new_axes(ax=None, figsize=(4.5, 3.5)):
     with course_style():
         _, ax = plt.subplots(figsize=figsize, layout="constrained")
     return ax
+
+
+# Above this many positions an axis gets automatic integer ticks instead of one per position,
+# and figure sizes stop growing (a 512 x 512 map must not become a 280-inch figure).
+MAX_TICKS = 24
+MAX_FIGSIZE = (9.0, 7.0)
+
+
+def _fit(width: float, height: float) -> tuple[float, float]:
+    return min(width, MAX_FIGSIZE[0]), min(height, MAX_FIGSIZE[1])
+
+
+def _position_ticks(axis, n: int, labels) -> None:
+    """One tick per position (with labels if given); automatic integer ticks for long axes."""
+    if labels is not None or n <= MAX_TICKS:
+        axis.set_ticks(range(n), labels=labels if labels is not None else range(n))
+    else:
+        axis.set_major_locator(MaxNLocator(nbins=8, integer=True))
 
 
 def _as_numpy(x) -> np.ndarray:
@@ -89,15 +108,15 @@ def heatmap(
     for name, labels, n in (("queries", queries, seq_q), ("keys", keys, seq_k)):
         if labels is not None and len(labels) != n:
             raise ValueError(f"heatmap: {len(labels)} {name} labels for {n} positions")
-    ax = new_axes(ax, figsize=(0.55 * seq_k + 2.2, 0.45 * seq_q + 1.6))
+    ax = new_axes(ax, figsize=_fit(0.55 * seq_k + 2.2, 0.45 * seq_q + 1.6))
     with course_style():
         if kind == "weights":
             im = ax.imshow(m, cmap=WEIGHTS_CMAP, vmin=0.0, vmax=1.0, aspect="auto")
         else:
             lim = float(np.nanmax(np.abs(m))) or 1.0
             im = ax.imshow(m, cmap=SCORES_CMAP, vmin=-lim, vmax=lim, aspect="auto")
-        ax.set_xticks(range(seq_k), labels=keys if keys is not None else range(seq_k))
-        ax.set_yticks(range(seq_q), labels=queries if queries is not None else range(seq_q))
+        _position_ticks(ax.xaxis, seq_k, keys)
+        _position_ticks(ax.yaxis, seq_q, queries)
         if keys is not None and max((len(str(k)) for k in keys), default=0) > 3:
             ax.tick_params(axis="x", labelrotation=45)
         ax.set_xlabel("key position")
@@ -141,11 +160,11 @@ def bars(
         raise ValueError(f"bars: values must be 1-D, got shape {v.shape}")
     if labels is not None and len(labels) != len(v):
         raise ValueError(f"bars: {len(labels)} labels for {len(v)} values")
-    ax = new_axes(ax, figsize=(0.6 * len(v) + 2.0, 3.0))
+    ax = new_axes(ax, figsize=_fit(0.6 * len(v) + 2.0, 3.0))
     with course_style():
         colors = [PALETTE[1] if i == highlight else PALETTE[0] for i in range(len(v))]
         ax.bar(range(len(v)), v, color=colors)
-        ax.set_xticks(range(len(v)), labels=labels if labels is not None else range(len(v)))
+        _position_ticks(ax.xaxis, len(v), labels)
         ax.axhline(0, color="0.3", lw=0.8)
         if ylabel:
             ax.set_ylabel(ylabel)
@@ -165,8 +184,10 @@ def vectors(
 ):
     """Arrows from the origin for 2-D vectors (e.g. a query and the keys it is compared to)."""
     v = _as_numpy(vecs)
-    if v.ndim != 2 or v.shape[1] != 2:
-        raise ValueError(f"vectors: vecs must have shape (n, 2), got {v.shape}")
+    if v.ndim != 2 or v.shape[1] != 2 or v.shape[0] == 0:
+        raise ValueError(f"vectors: vecs must have shape (n, 2) with n >= 1, got {v.shape}")
+    if labels is not None and len(labels) != len(v):
+        raise ValueError(f"vectors: {len(labels)} labels for {len(v)} vectors")
     ax = new_axes(ax, figsize=(4.0, 4.0))
     with course_style():
         for i, (x, y) in enumerate(v):
@@ -215,7 +236,10 @@ def attention_grid(
             ncols,
             squeeze=False,
             layout="constrained",
-            figsize=(ncols * (0.4 * seq_k + 1.5), nrows * (0.35 * seq_q + 1.4)),
+            figsize=(
+                ncols * min(0.4 * seq_k + 1.5, 4.0),
+                nrows * min(0.35 * seq_q + 1.4, 3.5),
+            ),
         )
         for i, ax in enumerate(axes.flat):
             if i >= n:

@@ -1,0 +1,195 @@
+"""Attention without the full score matrix: online softmax over blocks of keys (lesson 11).
+
+The explicit path (:func:`attnlib.attend`) builds the whole (seq_q, seq_k) score matrix,
+so its memory grows like seq². But each query only needs three running quantities while
+it walks over the keys block by block:
+
+* ``m`` — the largest score seen so far (for a stable exponent),
+* ``l`` — the sum of ``exp(score - m)`` so far (the softmax denominator),
+* ``acc`` — the sum of ``exp(score - m) · value`` so far (the numerator).
+
+When a new block raises the maximum from ``m`` to ``m_new``, everything accumulated so
+far was computed against the old maximum; multiplying it by ``exp(m - m_new)`` rescales it
+exactly. At the end ``out = acc / l``. Nothing of size seq_q × seq_k is ever stored: the
+largest temporary is one (block_q, block_k) tile per (batch, head).
+
+* :func:`online_softmax_update` — one step of the running update;
+* :func:`blockwise_attend` — attention over (query-block, key-block) tiles, with causal
+  masking inside the tiles, for numpy arrays or torch tensors;
+* :func:`explicit_attend` — the plain path (one full score matrix) for comparisons;
+* :func:`peak_bytes` — peak memory of a numpy computation, measured with tracemalloc.
+"""
+
+from __future__ import annotations
+
+import math
+import tracemalloc
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from attnlib import _backend as B
+from attnlib.core import _check_qk, _default_scale
+
+__all__ = ["online_softmax_update", "blockwise_attend", "explicit_attend", "peak_bytes"]
+
+
+def _maximum(a, b):
+    return torch.maximum(a, b) if B.is_torch(a) else np.maximum(a, b)
+
+
+def online_softmax_update(m, l, acc, s_block, v_block):
+    """Fold one block of scores into the running softmax state.
+
+    Parameters
+    ----------
+    m : array of shape (..., seq_q, 1)
+        Running maximum score per query (``-inf`` before the first block).
+    l : array of shape (..., seq_q, 1)
+        Running sum of ``exp(score - m)`` (0 before the first block).
+    acc : array of shape (..., seq_q, d_v)
+        Running sum of ``exp(score - m) · value`` (0 before the first block).
+    s_block : array of shape (..., seq_q, block_k)
+        Scores of this block of keys (``-inf`` where masked).
+    v_block : array of shape (..., block_k, d_v)
+        The values of the same keys.
+
+    Returns
+    -------
+    m_new, l_new, acc_new : arrays of the shapes of m, l, acc
+        The state after this block. ``acc_new / l_new`` is the attention output over
+        every key seen so far.
+    """
+    ops = B.ops_for(s_block)
+    m_new = _maximum(m, ops.amax(s_block, -1))  # (..., seq_q, 1): 1. update the running max
+    m_safe = ops.where(ops.isfinite(m_new), m_new, 0.0)  # rows with nothing unmasked yet
+    alpha = ops.exp(m - m_safe)  # (..., seq_q, 1): 2. rescale what was summed against old m
+    p = ops.exp(s_block - m_safe)  # (..., seq_q, block_k): 3. this block's exponentials
+    l_new = l * alpha + ops.sum(p, -1)  # 4. the denominator
+    acc_new = acc * alpha + p @ v_block  # (..., seq_q, d_v): 5. the numerator
+    return m_new, l_new, acc_new
+
+
+def _check_block(fn: str, name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{fn}: {name} must be an int, got {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"{fn}: {name} must be >= 1, got {value}")
+    return int(value)
+
+
+def blockwise_attend(
+    q, k, v, *, causal: bool = False, block_q: int = 128, block_k: int = 128, scale=None
+):
+    """Scaled dot-product attention computed tile by tile, never storing seq_q × seq_k.
+
+    Same result as ``attnlib.attend(q, k, v, causal=causal)[0]`` up to floating-point
+    rounding (tests/test_blockwise.py checks it against ``attend`` and torch's
+    ``scaled_dot_product_attention``).
+
+    Parameters
+    ----------
+    q : ndarray or Tensor of shape (..., seq_q, d_k)
+    k : ndarray or Tensor of shape (..., seq_k, d_k)
+    v : ndarray or Tensor of shape (..., seq_k, d_v)
+    causal : bool, default False
+        Query i sees keys 0..i (top-left aligned, as ``attend(causal=True)``). Tiles
+        entirely in the future are skipped; the diagonal tiles are masked inside.
+    block_q, block_k : int, default 128
+        Tile size: queries and keys processed together.
+    scale : float, optional
+        Default ``1 / sqrt(d_k)``.
+
+    Returns
+    -------
+    out : same kind and dtype as q, shape (..., seq_q, d_v)
+        No weights: they are never stored. A query with no visible key gets 0.
+    """
+    fn = "blockwise_attend"
+    q, k, _ = _check_qk(fn, q, k)
+    if not (B.is_torch(v) or B.is_numpy(v)) or B.is_torch(v) != B.is_torch(q):
+        raise TypeError(f"{fn}: {B.describe('v', v)} must be the same kind as q")
+    if v.dtype != q.dtype:
+        raise TypeError(f"{fn}: {B.describe('q', q)} and {B.describe('v', v)} differ in dtype")
+    if v.ndim < 2 or v.shape[-2] != k.shape[-2]:
+        raise ValueError(
+            f"{fn}: k has seq_k={k.shape[-2]} (shape {tuple(k.shape)}) but v has shape "
+            f"{tuple(v.shape)}; every key needs its value"
+        )
+    block_q = _check_block(fn, "block_q", block_q)
+    block_k = _check_block(fn, "block_k", block_k)
+    scale = _default_scale(fn, q.shape[-1], scale)
+    ops = B.ops_for(q)
+    work = ops.work_dtype(q)
+    q_, k_, v_ = (ops.astype(t, work) for t in (q, k, v))
+    q_ = q_ * scale  # scale the (seq_q, d_k) queries once, not every score tile
+    seq_q, seq_k, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
+    batch = np.broadcast_shapes(tuple(q.shape[:-2]), tuple(k.shape[:-2]), tuple(v.shape[:-2]))
+    if ops.name == "torch":
+        out = torch.empty((*batch, seq_q, d_v), dtype=work, device=q.device)
+    else:
+        out = np.empty((*batch, seq_q, d_v), dtype=work)
+    for i0 in range(0, seq_q, block_q):
+        i1 = min(i0 + block_q, seq_q)
+        q_blk = q_[..., i0:i1, :]  # (..., bq, d_k)
+        shape = (*batch, i1 - i0, 1)
+        if ops.name == "torch":
+            m = torch.full(shape, -math.inf, dtype=work, device=q.device)
+            l = torch.zeros(shape, dtype=work, device=q.device)
+            acc = torch.zeros((*batch, i1 - i0, d_v), dtype=work, device=q.device)
+        else:
+            m = np.full(shape, -np.inf, dtype=work)
+            l = np.zeros(shape, dtype=work)
+            acc = np.zeros((*batch, i1 - i0, d_v), dtype=work)
+        # causal: keys after the last query of this block are never visible
+        k_end = min(seq_k, i1) if causal else seq_k
+        for j0 in range(0, k_end, block_k):
+            j1 = min(j0 + block_k, k_end)
+            s = q_blk @ ops.transpose_last(k_[..., j0:j1, :])  # (..., bq, bk)
+            if causal and j1 - 1 > i0:  # the tile crosses the diagonal: mask inside it
+                if ops.name == "torch":
+                    qi = torch.arange(i0, i1, device=q.device)[:, None]
+                    kj = torch.arange(j0, j1, device=q.device)[None, :]
+                    s = s.masked_fill(kj > qi, -math.inf)
+                else:
+                    qi = np.arange(i0, i1)[:, None]
+                    kj = np.arange(j0, j1)[None, :]
+                    s = np.where(kj > qi, -np.inf, s).astype(work, copy=False)
+            m, l, acc = online_softmax_update(m, l, acc, s, v_[..., j0:j1, :])
+        out[..., i0:i1, :] = acc / ops.where(l > 0, l, 1.0)  # (..., bq, d_v)
+    return ops.astype(out, q.dtype)
+
+
+def explicit_attend(q, k, v, *, causal: bool = False, scale=None):
+    """The explicit path: build the full score matrix, softmax it, multiply by v.
+
+    ``attnlib.attend(q, k, v, causal=causal)[0]``, named here so that lesson 11 and the
+    benchmark compare the two paths by name.
+    """
+    from attnlib.core import attend
+
+    return attend(q, k, v, causal=causal, scale=scale)[0]
+
+
+def peak_bytes(fn: Callable, *args, **kwargs) -> int:
+    """Peak bytes newly allocated while ``fn(*args, **kwargs)`` runs (numpy, tracemalloc).
+
+    numpy reports every array buffer to Python's tracemalloc, so this counts exactly the
+    temporaries and the result a computation creates — deterministic, unlike the
+    process's resident size. The inputs, allocated before the call, are not counted.
+    Torch tensors are not traced: measure the numpy version of the computation.
+    """
+    was_tracing = tracemalloc.is_tracing()
+    if not was_tracing:
+        tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        base, _ = tracemalloc.get_traced_memory()
+        result = fn(*args, **kwargs)
+        _, peak = tracemalloc.get_traced_memory()
+        del result
+    finally:
+        if not was_tracing:
+            tracemalloc.stop()
+    return peak - base

@@ -1,0 +1,267 @@
+"""Exercises of lesson 04: why the scores are divided by √d_k.
+
+* ``score_variance(d_k, scale=1.0, var_q=1.0, var_k=1.0) -> float`` — predict the
+  variance of ``scale · q·k`` for independent zero-mean components;
+* ``softmax_jacobian(p) -> (..., seq_k, seq_k)`` — ``diag(p) − p pᵀ`` for a row or a batch
+  of rows of weights;
+* ``choose_scale(raw_scores, min_entropy) -> float`` — the largest scale whose weights
+  keep a mean entropy (nats, over the rows) of at least ``min_entropy``.
+
+Inputs are numpy float64. Batched Jacobian cases have batch ≠ seq_k, so that a function
+that only handles one row cannot pass by a broadcasting accident.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from attnlib.checks._core import Case, Exercise, Misconception, register
+from attnlib.core import softmax as _softmax
+from attnlib.scaling import choose_scale as _choose_scale
+from attnlib.scaling import softmax_jacobian as _softmax_jacobian
+
+# ----------------------------------------------------------------------------------------
+# score_variance(d_k, scale=1.0, var_q=1.0, var_k=1.0) -> float
+# ----------------------------------------------------------------------------------------
+
+
+def _variance_cases() -> list[Case]:
+    return [
+        Case("d_k=64, unscaled, unit variances", (64,)),
+        Case("d_k=256, scale=1/16 (= 1/√256)", (256,), {"scale": 1 / 16}),
+        Case("d_k=16, scale=0.5", (16,), {"scale": 0.5}),
+        Case("d_k=10, var_q=2, var_k=3", (10,), {"var_q": 2.0, "var_k": 3.0}),
+        Case(
+            "d_k=9, scale=3, var_q=0.5, var_k=4", (9,), {"scale": 3.0, "var_q": 0.5, "var_k": 4.0}
+        ),
+    ]
+
+
+def _variance_reference(d_k, scale=1.0, var_q=1.0, var_k=1.0):
+    return float(d_k * var_q * var_k * scale**2)
+
+
+register(
+    Exercise(
+        name="score_variance",
+        summary="score_variance(d_k, scale, var_q, var_k) -> Var(scale · q·k)",
+        reference=_variance_reference,
+        make_cases=_variance_cases,
+        rtol=1e-9,
+        atol=1e-12,
+        forbidden=("attnlib.scaling.predicted_score_variance",),
+        misconceptions=(
+            Misconception(
+                "variance-is-sqrt-dk",
+                "√d_k is the standard deviation of q·k, not its variance. The d_k products "
+                "q_i k_i are independent, so their variances add: Var = d_k · var_q · var_k.",
+                (
+                    lambda d_k, scale=1.0, var_q=1.0, var_k=1.0: (
+                        math.sqrt(d_k) * var_q * var_k * scale**2
+                    ),
+                ),
+            ),
+            Misconception(
+                "variance-is-one",
+                "The width is missing: a sum of d_k independent products has d_k times the "
+                "variance of one product (that is exactly why the scores need scaling).",
+                (lambda d_k, scale=1.0, var_q=1.0, var_k=1.0: var_q * var_k * scale**2,),
+            ),
+            Misconception(
+                "scale-not-squared",
+                "Multiplying a random number by c multiplies its variance by c², not c.",
+                (lambda d_k, scale=1.0, var_q=1.0, var_k=1.0: d_k * var_q * var_k * scale,),
+            ),
+            Misconception(
+                "variances-added",
+                "For independent zero-mean q_i and k_i, Var(q_i k_i) = E[q_i²] E[k_i²] = "
+                "var_q · var_k: the variances multiply, they do not add.",
+                (lambda d_k, scale=1.0, var_q=1.0, var_k=1.0: d_k * (var_q + var_k) * scale**2,),
+            ),
+        ),
+    )
+)
+
+
+# ----------------------------------------------------------------------------------------
+# softmax_jacobian(p) -> (..., seq_k, seq_k)
+# ----------------------------------------------------------------------------------------
+
+
+def _jacobian_cases() -> list[Case]:
+    rng = np.random.default_rng(404)
+    return [
+        Case("one row of 5 weights", (_softmax(rng.standard_normal(5)),)),
+        Case("batch of 3 rows of 5 weights", (_softmax(rng.standard_normal((3, 5)) * 2),)),
+        Case("batch (2, 3) of rows of 4 weights", (_softmax(rng.standard_normal((2, 3, 4))),)),
+        Case("uniform row of 4", (np.full(4, 0.25),)),
+        Case("nearly one-hot row", (_softmax(np.array([8.0, 0.0, -1.0, 0.5, 2.0, 0.1])),)),
+    ]
+
+
+def _diag_embed(p):
+    return p[..., :, None] * np.eye(p.shape[-1])  # (..., seq_k, seq_k)
+
+
+def _outer(p):
+    return p[..., :, None] * p[..., None, :]  # (..., seq_k, seq_k)
+
+
+def _jac_batch_mixed(p):
+    # The outer product summed over every row of the batch (p.T @ p) instead of per row.
+    flat = p.reshape(-1, p.shape[-1])
+    return _diag_embed(p) - flat.T @ flat
+
+
+def _jac_one_row_only(p):
+    # np.diag builds a matrix from a 1-D row but *extracts a diagonal* from a 2-D array.
+    return np.diag(p) - np.outer(p, p) if p.ndim == 1 else np.diag(p) - _outer(p)
+
+
+register(
+    Exercise(
+        name="softmax_jacobian",
+        summary="softmax_jacobian(p) -> diag(p) − p pᵀ, shape (..., seq_k, seq_k)",
+        reference=lambda p: _softmax_jacobian(p),
+        make_cases=_jacobian_cases,
+        rtol=1e-7,
+        atol=1e-10,
+        forbidden=("attnlib.scaling.softmax_jacobian",),
+        misconceptions=(
+            Misconception(
+                "jacobian-missing-outer",
+                "Only diag(p): that treats each weight as depending on its own score alone. "
+                "Every weight shares the normalising sum, so raising score j lowers every "
+                "other weight: subtract the outer product p pᵀ.",
+                (_diag_embed,),
+            ),
+            Misconception(
+                "jacobian-missing-diag",
+                "Only −p pᵀ: the δ_ij term is missing. ∂p_i/∂s_j = p_i (δ_ij − p_j), so the "
+                "diagonal carries an extra +p_i.",
+                (lambda p: -_outer(p),),
+            ),
+            Misconception(
+                "jacobian-sign",
+                "The sign is flipped: raising a score raises its own weight, so the diagonal "
+                "p_i (1 − p_i) must be positive. J = diag(p) − p pᵀ.",
+                (lambda p: _outer(p) - _diag_embed(p),),
+            ),
+            Misconception(
+                "jacobian-batch-mixed",
+                "The outer product is summed over the batch (p.T @ p), mixing different rows. "
+                "Each row has its own Jacobian: p[..., :, None] * p[..., None, :].",
+                (_jac_batch_mixed,),
+            ),
+            Misconception(
+                "jacobian-one-row-only",
+                "It works for one row but not for a batch: np.diag and np.outer only handle "
+                "1-D input (np.diag of a 2-D array extracts its diagonal). Build the pieces "
+                "with broadcasting: p[..., :, None] * np.eye(seq_k) and "
+                "p[..., :, None] * p[..., None, :].",
+                (_jac_one_row_only,),
+            ),
+        ),
+    )
+)
+
+
+# ----------------------------------------------------------------------------------------
+# choose_scale(raw_scores, min_entropy) -> float
+# ----------------------------------------------------------------------------------------
+
+
+def _scale_cases() -> list[Case]:
+    rng = np.random.default_rng(4004)
+
+    def raw(n_rows, seq_k, d_k):
+        q = rng.standard_normal((n_rows, d_k))
+        k = rng.standard_normal((n_rows, seq_k, d_k))
+        return np.einsum("nd,nkd->nk", q, k)  # (n_rows, seq_k)
+
+    return [
+        Case("20 rows of 8 keys, d_k=64, min_entropy=1.5", (raw(20, 8, 64), 1.5)),
+        Case("50 rows of 16 keys, d_k=256, min_entropy=2.0", (raw(50, 16, 256), 2.0)),
+        Case("5 rows of 6 keys, d_k=4, min_entropy=0.5", (raw(5, 6, 4), 0.5)),
+        Case(
+            "2 rows of 3 hand-made scores, min_entropy=0.9",
+            (np.array([[1.0, 0.0, -1.0], [4.0, 2.0, 0.0]]), 0.9),
+        ),
+    ]
+
+
+def _entropies(c, s, log=np.log):
+    p = _softmax(c * s)
+    return -(p * log(np.where(p > 0, p, 1.0))).sum(-1)  # (n_rows,)
+
+
+def _bisect(ok):
+    lo, hi = 0.0, 1.0
+    while ok(hi):
+        lo, hi = hi, 2 * hi
+    for _ in range(80):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    return lo
+
+
+def _scale_bits(s, h):
+    return _bisect(lambda c: _entropies(c, s, np.log2).mean() >= h)
+
+
+def _scale_temperature(s, h):
+    return 1.0 / _choose_scale(s, h)
+
+
+def _scale_worst_row(s, h):
+    return _bisect(lambda c: _entropies(c, s).min() >= h)
+
+
+def _scale_mean_weights(s, h):
+    def ok(c):
+        p = _softmax(c * s).mean(axis=0)  # (seq_k,): one averaged row
+        return -(p * np.log(p)).sum() >= h
+
+    return _bisect(ok)
+
+
+register(
+    Exercise(
+        name="choose_scale",
+        summary="choose_scale(raw_scores, min_entropy) -> largest scale keeping mean entropy",
+        reference=lambda raw_scores, min_entropy: _choose_scale(raw_scores, min_entropy),
+        make_cases=_scale_cases,
+        rtol=1e-4,
+        atol=1e-9,
+        forbidden=("attnlib.scaling.choose_scale",),
+        misconceptions=(
+            Misconception(
+                "entropy-in-bits",
+                "The entropy is measured in bits (log2). The threshold is in nats: use the "
+                "natural log, np.log.",
+                (_scale_bits,),
+            ),
+            Misconception(
+                "temperature-not-scale",
+                "You returned a temperature T (scores divided by T) instead of the scale c "
+                "that multiplies them; c = 1/T.",
+                (_scale_temperature,),
+            ),
+            Misconception(
+                "worst-row-entropy",
+                "You required every row to stay above the threshold (the minimum entropy). "
+                "The rule is about the mean entropy over the rows.",
+                (_scale_worst_row,),
+            ),
+            Misconception(
+                "entropy-of-mean-weights",
+                "You took the entropy of the averaged weights. Averaging rows first makes "
+                "peaked rows look spread out (they peak at different keys). Compute each row's "
+                "entropy, then average.",
+                (_scale_mean_weights,),
+            ),
+        ),
+    )
+)

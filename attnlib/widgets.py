@@ -1,0 +1,187 @@
+"""Interactive explorers for lectures and self-study (ipywidgets).
+
+:func:`scaling_explorer` (lesson 04) shows how one query's weights react to the key width
+d_k and to the scale multiplying q·k. It is split in two so that it can be tested without
+a browser:
+
+* :func:`explorer_state` — a pure function: slider values in, every number and array the
+  explorer shows out (an :class:`ExplorerState`);
+* :func:`scaling_explorer` — builds the widgets and returns them; moving a slider calls
+  :func:`explorer_state` and redraws. Setting ``explorer.d_k_slider.value`` from code does
+  exactly what dragging the slider does.
+
+The figure is rendered to PNG with matplotlib's Agg canvas (no pyplot state is touched)
+and shown in an ``ipywidgets.Image``; the numbers go to an ``ipywidgets.HTML`` readout.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from attnlib.core import softmax
+from attnlib.scaling import softmax_entropy, softmax_jacobian
+
+__all__ = ["D_K_CHOICES", "ExplorerState", "explorer_state", "render_png", "scaling_explorer"]
+
+D_K_CHOICES = (4, 8, 16, 32, 64, 128, 256, 512, 1024)
+SCALE_RANGE = (1e-3, 10**0.5)  # what the scale slider spans (log scale)
+
+
+@dataclass(frozen=True)
+class ExplorerState:
+    """Everything the explorer shows for one (d_k, scale).
+
+    Attributes
+    ----------
+    d_k, scale, seq_k : the setting.
+    raw : ndarray of shape (seq_k,) — the shown query's raw dot products with its keys.
+    weights : ndarray of shape (seq_k,) — ``softmax(scale · raw)``.
+    entropy, max_weight, jacobian_norm : float — of those weights.
+    curve_scales : ndarray of shape (n_curve,) — scales of the entropy curve.
+    curve_entropy : ndarray of shape (n_curve,) — mean entropy over n_rows queries.
+    curve_at_scale : float — the same mean entropy at ``scale``.
+    """
+
+    d_k: int
+    scale: float
+    seq_k: int
+    raw: np.ndarray
+    weights: np.ndarray
+    entropy: float
+    max_weight: float
+    jacobian_norm: float
+    curve_scales: np.ndarray
+    curve_entropy: np.ndarray
+    curve_at_scale: float
+
+    def summary(self) -> str:
+        """One line of the readout (the numbers the explorer prints)."""
+        return (
+            f"d_k = {self.d_k}, scale = {self.scale:.4g} (1/√d_k = {1 / math.sqrt(self.d_k):.4g}): "
+            f"entropy {self.entropy:.2f} of {math.log(self.seq_k):.2f} nats, "
+            f"largest weight {self.max_weight:.2f}, ‖diag(p) − ppᵀ‖ = {self.jacobian_norm:.2g}, "
+            f"mean entropy over queries {self.curve_at_scale:.2f}"
+        )
+
+
+@lru_cache(maxsize=32)
+def _raw_rows(d_k: int, seq_k: int, n_rows: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng([seed, d_k])
+    q = rng.standard_normal((n_rows, d_k))  # (n_rows, d_k)
+    k = rng.standard_normal((n_rows, seq_k, d_k))  # (n_rows, seq_k, d_k)
+    raw = np.einsum("nd,nkd->nk", q, k)  # (n_rows, seq_k)
+    raw.setflags(write=False)
+    return raw
+
+
+def explorer_state(
+    d_k: int, scale: float, *, seq_k: int = 16, n_rows: int = 200, seed: int = 0
+) -> ExplorerState:
+    """What the explorer shows at ``d_k`` and ``scale`` (pure: same input, same output).
+
+    Queries and keys have standard-normal components, drawn once per (d_k, seed); the
+    first query is the one shown, all ``n_rows`` give the mean-entropy curve.
+    """
+    if int(d_k) != d_k or d_k < 1:
+        raise ValueError(f"explorer_state: d_k must be a positive int, got {d_k!r}")
+    if not (math.isfinite(scale) and scale >= 0):
+        raise ValueError(f"explorer_state: scale must be finite and >= 0, got {scale!r}")
+    raw = _raw_rows(int(d_k), seq_k, n_rows, seed)  # (n_rows, seq_k)
+    w = softmax(scale * raw[0])  # (seq_k,)
+    curve_scales = np.geomspace(*SCALE_RANGE, 60)
+    curve = softmax_entropy(softmax(curve_scales[:, None, None] * raw)).mean(axis=1)  # (60,)
+    return ExplorerState(
+        d_k=int(d_k),
+        scale=float(scale),
+        seq_k=seq_k,
+        raw=raw[0].copy(),
+        weights=w,
+        entropy=float(softmax_entropy(w)),
+        max_weight=float(w.max()),
+        jacobian_norm=float(np.linalg.norm(softmax_jacobian(w))),
+        curve_scales=curve_scales,
+        curve_entropy=curve,
+        curve_at_scale=float(softmax_entropy(softmax(scale * raw)).mean()),
+    )
+
+
+def render_png(state: ExplorerState) -> bytes:
+    """The explorer's figure for ``state`` as PNG bytes (Agg canvas, no pyplot)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from attnlib.plot._base import course_style
+    from attnlib.plot._scaling import explorer_view
+
+    with course_style():
+        fig = Figure(figsize=(9.0, 3.0), layout="constrained")
+        FigureCanvasAgg(fig)
+        explorer_view(state, axes=fig.subplots(1, 2))
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def scaling_explorer(d_k: int = 64, scale: float | None = None, *, seq_k: int = 16, seed: int = 0):
+    """Sliders for d_k and the scale, the weights of one query, and the entropy curve.
+
+    Parameters
+    ----------
+    d_k : int
+        Starting width, one of :data:`D_K_CHOICES`.
+    scale : float, optional
+        Starting scale; default 1/√d_k.
+
+    Returns
+    -------
+    ipywidgets.VBox
+        Display it as a cell's last expression. Its attributes ``d_k_slider``,
+        ``scale_slider``, ``standard_button`` (sets the scale to 1/√d_k), ``readout``
+        (HTML), ``image`` (PNG) and ``state`` (the current :class:`ExplorerState`) let code
+        and tests drive it.
+    """
+    import ipywidgets as W
+
+    if d_k not in D_K_CHOICES:
+        raise ValueError(f"scaling_explorer: d_k must be one of {D_K_CHOICES}, got {d_k!r}")
+    scale = 1 / math.sqrt(d_k) if scale is None else float(scale)
+    lo, hi = (math.log10(s) for s in SCALE_RANGE)
+    d_k_slider = W.SelectionSlider(
+        options=list(D_K_CHOICES), value=d_k, description="d_k", continuous_update=False
+    )
+    scale_slider = W.FloatLogSlider(
+        value=scale,
+        base=10,
+        min=lo,
+        max=hi,
+        step=0.05,
+        description="scale",
+        readout_format=".3g",
+        continuous_update=False,
+    )
+    button = W.Button(description="scale = 1/√d_k")
+    readout = W.HTML()
+    image = W.Image(format="png")
+    box = W.VBox([W.HBox([d_k_slider, scale_slider, button]), readout, image])
+
+    def update(*_):
+        state = explorer_state(d_k_slider.value, scale_slider.value, seq_k=seq_k, seed=seed)
+        box.state = state
+        readout.value = f"<code>{state.summary()}</code>"
+        image.value = render_png(state)
+
+    def standard(_):
+        scale_slider.value = 1 / math.sqrt(d_k_slider.value)
+
+    d_k_slider.observe(update, names="value")
+    scale_slider.observe(update, names="value")
+    button.on_click(standard)
+    box.d_k_slider, box.scale_slider, box.standard_button = d_k_slider, scale_slider, button
+    box.readout, box.image = readout, image
+    update()
+    return box

@@ -1,0 +1,70 @@
+"""nbgrader settings for the Key Vectors course (read by `nbgrader ...` and attnlib.gradebook).
+
+The course folder is this repository. nbgrader's source folder is generated from
+notebooks/ by `make release` (build/source/<lesson>/<lesson>.ipynb, one assignment per
+graded lesson); releases go to release/, submissions are read from
+submitted/<student>/<lesson>/, and autograded/, feedback/, gradebook.db and grades.csv are
+written here. See the README's "Grading" section.
+"""
+
+import os
+from pathlib import Path
+
+from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
+from nbgrader.preprocessors import (
+    AssignLatePenalties,
+    CheckCellMetadata,
+    ClearHiddenTests,
+    GetGrades,
+    IgnorePattern,
+    LimitOutput,
+    SaveAutoGrades,
+)
+
+from attnlib.gradebook import (
+    CourseCsvExport,
+    ResilientExecute,
+    ShortenHiddenTracebacks,
+    StderrIsNotFailure,
+)
+
+c = get_config()  # noqa: F821 - provided by nbgrader's config loader
+
+c.CourseDirectory.root = str(Path(__file__).resolve().parent)
+c.CourseDirectory.course_id = "key-vectors"
+c.CourseDirectory.source_directory = os.path.join("build", "source")
+
+# Per-cell time limit (nbgrader's default is 30 s). A lesson cell that trains a small model
+# takes seconds; a learner's infinite loop is cut off after this many seconds.
+c.Execute.timeout = 60
+# With the default (True) a loop that swallows KeyboardInterrupt aborts the whole
+# submission with no score recorded.
+c.Execute.raise_on_iopub_timeout = False
+c.Execute.interrupt_on_timeout = True
+
+# A deleted (or metadata-stripped) test cell is put back and graded, not silently scored 0.
+c.OverwriteCells.add_missing_cells = True
+
+# Autograde: nbgrader's list, with Execute replaced by one that survives stuck or dead
+# kernels, and stderr in graded test cells not counted as failure.
+c.Autograde.autograde_preprocessors = [
+    ResilientExecute,
+    IgnorePattern,
+    ClearMetadataPreprocessor,
+    LimitOutput,
+    StderrIsNotFailure,
+    SaveAutoGrades,
+    AssignLatePenalties,
+    CheckCellMetadata,
+]
+
+# Feedback without hidden tests: tracebacks shortened first, then the regions removed.
+c.GenerateFeedback.preprocessors = [
+    GetGrades,
+    ShortenHiddenTracebacks,
+    ClearHiddenTests,
+    CSSHTMLHeaderPreprocessor,
+]
+
+# `nbgrader export` writes the same CSV as `make autograde` (status, needs_review, notes).
+c.ExportApp.plugin_class = CourseCsvExport

@@ -1,0 +1,120 @@
+"""The checks of lesson 07: split_heads and merge_heads.
+
+References are compared with an independent oracle (explicit index loops and einops-style
+slicing); every known wrong variant must be diagnosed as exactly its own misconception,
+and check() must name it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from attnlib import checks
+from attnlib.checks import get_exercise
+
+EXERCISES = ("split_heads", "merge_heads")
+
+VARIANTS = [
+    pytest.param(name, m.id, v, id=f"{name}-{m.id}-{i}")
+    for name in EXERCISES
+    for m in get_exercise(name).misconceptions
+    for i, v in enumerate(m.variants)
+]
+
+
+def _split_oracle(x, n_heads):
+    batch, seq, d_model = x.shape
+    d_head = d_model // n_heads
+    out = np.empty((batch, n_heads, seq, d_head))
+    for b in range(batch):
+        for h in range(n_heads):
+            for s in range(seq):
+                out[b, h, s] = x[b, s, h * d_head : (h + 1) * d_head]
+    return out
+
+
+def _merge_oracle(x):
+    return np.concatenate([x[:, h] for h in range(x.shape[1])], axis=-1)  # (batch, seq, d_model)
+
+
+def test_exercises_are_registered():
+    assert set(EXERCISES) <= set(checks.exercises())
+
+
+def test_references_match_oracles():
+    for case in get_exercise("split_heads").cases():
+        got = get_exercise("split_heads").reference(*case.args)
+        np.testing.assert_array_equal(got, _split_oracle(*case.args), err_msg=case.label)
+    for case in get_exercise("merge_heads").cases():
+        got = get_exercise("merge_heads").reference(*case.args)
+        np.testing.assert_array_equal(got, _merge_oracle(*case.args), err_msg=case.label)
+
+
+def test_merge_undoes_split_on_the_split_cases():
+    split, merge = get_exercise("split_heads"), get_exercise("merge_heads")
+    for case in split.cases():
+        x = case.args[0]
+        np.testing.assert_array_equal(merge.reference(split.reference(*case.args)), x)
+
+
+def test_a_case_has_batch_seq_heads_and_d_head_all_different():
+    def sizes(c):
+        batch, seq, d_model = c.args[0].shape
+        return {batch, seq, c.args[1], d_model // c.args[1]}
+
+    assert any(len(sizes(c)) == 4 for c in get_exercise("split_heads").cases())
+    assert any(len(set(c.args[0].shape)) == 4 for c in get_exercise("merge_heads").cases())
+
+
+@pytest.mark.parametrize("name", EXERCISES)
+def test_reference_is_diagnosed_clean_and_check_prints_one_line(name, capsys):
+    ex = get_exercise(name)
+    assert checks.diagnose(name, ex.reference) == []
+    checks.check(name, ex.reference)
+    assert capsys.readouterr().out == f"✔ {name}: correct on all {len(ex.cases())} cases\n"
+
+
+@pytest.mark.parametrize(("name", "mid", "variant"), VARIANTS)
+def test_variant_is_diagnosed_as_exactly_its_misconception(name, mid, variant):
+    assert checks.diagnose(name, variant) == [mid]
+
+
+@pytest.mark.parametrize(("name", "mid", "variant"), VARIANTS)
+def test_check_on_variant_raises_naming_the_misconception(name, mid, variant, capsys):
+    with pytest.raises(AssertionError) as err:
+        checks.check(name, variant)
+    assert f"[{mid}]" in str(err.value)
+    assert checks.explanation(name, mid) in str(err.value)
+    assert capsys.readouterr().out == ""
+
+
+def test_other_correct_solutions_pass():
+    def split_einsum_free(x, n_heads):
+        return np.stack(np.split(x, n_heads, axis=-1), axis=1)  # (batch, n_heads, seq, d_head)
+
+    def merge_transpose(x):
+        b, h, s, d = x.shape
+        return x.transpose(0, 2, 1, 3).reshape(b, s, h * d)
+
+    checks.check("split_heads", split_einsum_free)
+    checks.check("merge_heads", merge_transpose)
+
+
+def test_calling_the_course_reference_is_refused():
+    from attnlib.mha import merge_heads, split_heads
+
+    with pytest.raises(AssertionError, match="calls the course's reference"):
+        checks.check("split_heads", lambda x, n: split_heads(x, n))
+    with pytest.raises(AssertionError, match="calls the course's reference"):
+        checks.check("merge_heads", merge_heads)
+
+
+def test_a_result_off_in_one_entry_is_caught():
+    def almost(x, n_heads):
+        out = _split_oracle(x, n_heads)
+        out[0, -1, -1, -1] += 1e-9
+        return out
+
+    with pytest.raises(AssertionError, match="1 of"):
+        checks.check("split_heads", almost)
