@@ -364,9 +364,7 @@ class TinyDecoder(nn.Module):
         self.max_len = max_len
         self.tok = nn.Embedding(vocab_size, d_model)
         self.pos = nn.Embedding(max_len, d_model)
-        self.blocks = nn.ModuleList(
-            _Block(d_model, n_heads, n_kv_heads) for _ in range(n_layers)
-        )
+        self.blocks = nn.ModuleList(_Block(d_model, n_heads, n_kv_heads) for _ in range(n_layers))
         self.norm = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, vocab_size, bias=False)
 

@@ -51,6 +51,17 @@ def test_references_match_oracles():
         np.testing.assert_array_equal(got, _merge_oracle(*case.args), err_msg=case.label)
 
 
+def test_references_equal_attnlib_mha():
+    from attnlib.mha import merge_heads, split_heads
+
+    for case in get_exercise("split_heads").cases():
+        want = split_heads(*case.args)
+        np.testing.assert_array_equal(get_exercise("split_heads").reference(*case.args), want)
+    for case in get_exercise("merge_heads").cases():
+        want = merge_heads(*case.args)
+        np.testing.assert_array_equal(get_exercise("merge_heads").reference(*case.args), want)
+
+
 def test_merge_undoes_split_on_the_split_cases():
     split, merge = get_exercise("split_heads"), get_exercise("merge_heads")
     for case in split.cases():

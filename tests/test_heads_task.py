@@ -51,12 +51,14 @@ def test_model_sees_only_earlier_positions():
     model = HeadsTaskModel(task, 16, 2)
     tokens = make_batch(task, 4, torch.Generator().manual_seed(1)).tokens
     prev_a, marker_a, w = model(tokens)
-    assert torch.all(w[:, :, 1:].triu() == 0)  # no weight on the diagonal or the future
+    blocked = torch.ones(task.seq, task.seq, dtype=torch.bool).triu()  # diagonal and future
+    blocked[0, 0] = False  # row 0 has no target and may see itself
+    assert torch.all(w[..., blocked] == 0) and torch.all(w[..., 1:, 0] > 0)
     changed = tokens.clone()
-    changed[:, 6:] = (changed[:, 6:] + 1) % task.vocab
+    changed[:, 6:] = (changed[:, 6:] + 1) % task.vocab  # position 6's own query changes too
     prev_b, marker_b, _ = model(changed)
-    assert torch.equal(prev_a[:, :7], prev_b[:, :7]) and torch.equal(
-        marker_a[:, :7], marker_b[:, :7]
+    assert torch.equal(prev_a[:, :6], prev_b[:, :6]) and torch.equal(
+        marker_a[:, :6], marker_b[:, :6]
     )
 
 

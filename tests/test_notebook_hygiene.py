@@ -264,12 +264,19 @@ def test_exercises_have_the_three_cell_form(path):
         name = re.fullmatch(rf"l{nn}-([a-z0-9]+(?:-[a-z0-9]+)*)-solution", meta["grade_id"])
         assert name, f"{where}: grade_id must be 'l{nn}-name-solution'"
         assert "### BEGIN SOLUTION" in cell.source and "### END SOLUTION" in cell.source, where
-        # 1. the markdown cell before it
-        intro = nb.cells[i - 1]
-        assert intro.cell_type == "markdown", f"{where}: needs its '### Exercise' cell before it"
-        assert re.match(rf"### Exercise {int(nn)}\.\d+ — \S", intro.source), (
-            f"{where}: the cell before must start '### Exercise {int(nn)}.k — title'"
-        )
+        # 1. the exercise's markdown: the run of markdown cells right before the solution
+        # starts with the '### Exercise N.k — title' cell
+        j = i - 1
+        while (
+            j > 0
+            and nb.cells[j].cell_type == "markdown"
+            and not nb.cells[j].source.startswith("### Exercise")
+        ):
+            j -= 1
+        intro = nb.cells[j]
+        assert intro.cell_type == "markdown" and re.match(
+            rf"### Exercise {int(nn)}\.\d+ — \S", intro.source
+        ), f"{where}: must follow a markdown cell starting '### Exercise {int(nn)}.k — title'"
         for part in ("**Goal**", "**Difficulty**", "**Time**"):
             assert part in intro.source, f"{where}: exercise cell lacks {part}"
         assert re.search(r"\*\*Difficulty\*\*\W*★{1,3}(?!★)", intro.source), f"{where}: ★ to ★★★"
@@ -298,7 +305,7 @@ def test_exercises_have_the_three_cell_form(path):
 
 def test_every_graded_cell_belongs_to_a_solution(path):
     nb = load(path)
-    for i, cell, meta in nbgrader_cells(nb):
+    for i, _cell, meta in nbgrader_cells(nb):
         if meta.get("grade") and not meta.get("solution"):
             prev = nb.cells[i - 1].metadata.get("nbgrader", {}) if i else {}
             assert prev.get("solution") is True, f"graded cell {i} does not follow a solution cell"

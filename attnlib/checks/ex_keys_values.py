@@ -302,7 +302,7 @@ def _mha_cases() -> list[Case]:
             self_attn=True,
         ),  # fmt: skip
         case(
-            "batch_first=False, batch=2, seq_q=2, seq_k=5, d_model=6, 3 heads", 2, 2, 5, 6, 3, False
+            "batch_first=False, batch=2, seq_q=3, seq_k=5, d_model=6, 3 heads", 2, 3, 5, 6, 3, False
         ),  # fmt: skip
     ]
 

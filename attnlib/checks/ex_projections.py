@@ -2,8 +2,8 @@
 
 Inputs are numpy float64 arrays. Shapes are non-square (seq ≠ d_model ≠ d_k ≠ d_v) so that a
 wrong transpose cannot pass by accident. A few cases make one pair of sizes equal on purpose
-(seq == d_k == d_v, or in_features == out_features) so that a classic mistake *runs* there
-and its output can be recognised, instead of only raising a shape error.
+(seq == d_k == d_v; in_features == out_features; seq == in_features) so that a classic
+mistake *runs* there and its output can be recognised, instead of only raising a shape error.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from attnlib.projections import project as _project
 def _project_cases() -> list[Case]:
     rng = np.random.default_rng(202602)
     n = rng.standard_normal
-
     return [
         Case(
             "seq=5, d_model=6, d_k=4, d_v=3",
@@ -126,7 +125,7 @@ def _linear_cases() -> list[Case]:
         Case("seq=5, in=4, out=3", (n((5, 4)), n((3, 4)), n(3))),
         Case("batch=2, seq=3, in=6, out=2", (n((2, 3, 6)), n((2, 6)), n(2))),
         Case("seq=3, in=out=4 (square weight, so x @ weight runs)", (n((3, 4)), n((4, 4)), n(4))),
-        Case("seq=3, in=3, out=5, bias=None (no bias)", (n((3, 3)), n((5, 3)), None)),
+        Case("seq=in=3, out=5, bias=None (no bias; weight @ x runs)", (n((3, 3)), n((5, 3)), None)),
         Case("seq=3, in=5, out=2, bias as keyword", (n((3, 5)), n((2, 5))), {"bias": n(2)}),
     ]
 

@@ -58,8 +58,25 @@ SCANNED_MODULES = (
     "torch.testing",
     "torch.nn.functional",
 )
-# Names IPython rebinds as it runs cells.
-_VOLATILE = {"_", "__", "___"}
+# Names IPython rebinds as it runs cells (still checked for where they come from).
+_VOLATILE = {
+    "builtins": {"_", "__", "___", "input", "getpass", "raw_input"},
+    "sys": {
+        "excepthook",
+        "displayhook",
+        "stdout",
+        "stderr",
+        "stdin",
+        "__stdout__",
+        "__stderr__",
+        "last_type",
+        "last_value",
+        "last_traceback",
+        "last_exc",
+        "ps1",
+        "ps2",
+    },
+}
 
 TAMPER_TAG = "[needs-review]"
 REFERENCE_TAG = "[calls-reference]"
@@ -155,15 +172,16 @@ def tampering() -> list[str]:
             key = ("sys.modules", name)
             if key in _SNAPSHOT and _SNAPSHOT[key] != id(space):
                 problems.append(f"sys.modules[{name!r}] was replaced")
+        volatile = _VOLATILE.get(name, set())
         for attr, obj in _namespace(space).items():
-            if name == "builtins" and attr in _VOLATILE:
-                continue
+            if name == "builtins" and attr in ("_", "__", "___"):
+                continue  # the last results shown: anything at all
             why = _untrusted(obj)
             if why is not None:
                 problems.append(f"{name}.{attr} was replaced by {why}")
                 continue
             key = (name, attr)
-            if key in _SNAPSHOT and _SNAPSHOT[key] != id(obj):
+            if attr not in volatile and key in _SNAPSHOT and _SNAPSHOT[key] != id(obj):
                 problems.append(f"{name}.{attr} was rebound after the kernel started")
     hook = sys.gettrace()
     if hook is not None and not _untrusted_hook_ok(hook):
@@ -225,13 +243,13 @@ def verify(exercise: str, fn: Callable) -> None:
     problems = list(report.tampering) + tampering()
     if problems:
         raise _tamper_error(exercise, problems)
+    if not report.ok:  # a wrong result is a wrong result, whatever the function calls
+        ids = ", ".join(report.misconceptions)
+        hint = f" (probable mistake: {ids})" if ids else ""
+        raise AssertionError(f"✘ {exercise}: hidden tests failed {report.first_failure}{hint}")
     if report.called_reference:
         used = ", ".join(report.called_reference)
         raise AssertionError(
             f"✘ {exercise}: {REFERENCE_TAG} the solution calls the course's reference ({used}); "
             f"no credit for this exercise"
         )
-    if not report.ok:
-        ids = ", ".join(report.misconceptions)
-        hint = f" (probable mistake: {ids})" if ids else ""
-        raise AssertionError(f"✘ {exercise}: hidden tests failed {report.first_failure}{hint}")

@@ -118,7 +118,7 @@ def feature_spaces(
                            vmax=cmap.N - 0.5, edgecolors="none")  # fmt: skip
                 title = f"{space}, coloured by {feat}"
                 if scores is not None and (space, feat) in scores:
-                    title += f"\n{feat} explains {scores[(space, feat)]:.0%} of the variance"
+                    title += f"\n{feat} explains {scores[(space, feat)]:.1%} of the variance"
                 ax.set_title(title, fontsize=9)
                 ax.set_xlabel("PC 1")
                 ax.set_ylabel("PC 2")

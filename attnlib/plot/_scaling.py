@@ -107,22 +107,14 @@ def score_histograms(samples: Mapping[int, np.ndarray], *, bins: int = 60):
         for j, d_k in enumerate(d_ks):
             x = _as_numpy(samples[d_k])
             top, bottom = axes[0, j], axes[1, j]
-            top.hist(
-                x,
-                bins=np.linspace(-raw_lim, raw_lim, bins),
-                density=True,
-                color=UNSCALED,
-                alpha=0.8,
-            )
+            counts, edges = np.histogram(x, bins=np.linspace(-raw_lim, raw_lim, bins), density=True)
+            top.stairs(counts, edges, fill=True, color=UNSCALED, alpha=0.8)  # one artist, fast
             top.set_title(f"d_k = {d_k}")
             top.set_xlim(-raw_lim, raw_lim)
-            bottom.hist(
-                x / math.sqrt(d_k),
-                bins=np.linspace(-4.5, 4.5, bins),
-                density=True,
-                color=SCALED,
-                alpha=0.8,
+            counts, edges = np.histogram(
+                x / math.sqrt(d_k), bins=np.linspace(-4.5, 4.5, bins), density=True
             )
+            bottom.stairs(counts, edges, fill=True, color=SCALED, alpha=0.8)
             bottom.plot(z, normal, color="0.2", lw=1)
             bottom.set_xlim(-4.5, 4.5)
             top.set_yticks([])
@@ -199,6 +191,7 @@ def gradient_vs_width(d_ks, scaled, unscaled, *, field: str = "grad_scores", ax=
             }.get(field, field)
         )
         ax.set_title("Gradient through the softmax")
+        ax.set_ylim(bottom=max(ax.get_ylim()[0], 1e-10))
         ax.legend(loc="lower left", fontsize=8)
     return ax
 
@@ -232,18 +225,33 @@ def temperature_sweep(scales, stats, *, mark: float, seq_k: int, ax=None):
         ax.set_ylabel("entropy of the weights (nats)", color=SCALED)
         right = ax.twinx()
         right.spines["right"].set_visible(True)
-        _band(right, c, stats.grad_query, UNSCALED, "‖∂loss/∂q‖ (median)", center="median")
+        mid = _band(
+            right,
+            c,
+            stats.grad_query,
+            UNSCALED,
+            "‖∂loss/∂q‖ (median)",
+            center="median",
+            lo=25,
+            hi=75,
+        )
         right.set_yscale("log")
+        top = float(mid.max())
+        right.set_ylim(max(float(mid.min()) / 10, top * 1e-12), top * 30)
         right.set_ylabel("gradient reaching the query", color=UNSCALED)
         ax.axvline(mark, color="0.2", lw=1)
         ax.text(mark * 1.1, 0.25, "1/√d_k", fontsize=9)
-        ax.text(c[0], math.log(seq_k) * 0.9, "near uniform:\ncannot select", fontsize=8, va="top")
-        ax.text(
-            c[-1], math.log(seq_k) * 0.9, "near one-hot:\nbrittle", fontsize=8, va="top", ha="right"
-        )
+        ax.text(c[0], 0.15, "near uniform:\ncannot select", fontsize=8, va="bottom")
+        ax.text(c[-1], math.log(seq_k) * 0.55, "near one-hot:\nbrittle", fontsize=8, ha="right")
         lines = ax.get_legend_handles_labels()
         more = right.get_legend_handles_labels()
-        ax.legend(lines[0] + more[0], lines[1] + more[1], loc="center left", fontsize=8)
+        ax.legend(
+            lines[0] + more[0],
+            lines[1] + more[1],
+            loc="center left",
+            fontsize=8,
+            bbox_to_anchor=(0.0, 0.62),
+        )
         ax.set_title("Too small a scale cannot select; too large cannot learn")
         ax.right = right
     return ax
@@ -265,8 +273,10 @@ def training_curves(histories: Mapping[str, object], *, colors: Sequence[str] | 
     colors = colors or (SCALED, UNSCALED, THIRD, PALETTE[5])
     with course_style():
         fig, axes = plt.subplots(1, 3, figsize=(11.0, 3.5), layout="constrained")
+        keys = ("loss", "grad/W_Q", "grad/W_K")
+        lowest = dict.fromkeys(keys, np.inf)
         for (label, h), color in zip(histories.items(), colors, strict=False):
-            for ax, key in zip(axes, ("loss", "grad/W_Q", "grad/W_K"), strict=True):
+            for ax, key in zip(axes, keys, strict=True):
                 y = h[key]
                 ax.plot(np.arange(len(y)), y, color=color, lw=0.8, alpha=0.35)
                 k = min(10, len(y))
@@ -274,12 +284,48 @@ def training_curves(histories: Mapping[str, object], *, colors: Sequence[str] | 
                 ax.plot(
                     np.arange(k - 1, len(y)), smooth, color=color, lw=1.6, label=f"scale {label}"
                 )
-        for ax, title in zip(axes, ("loss", "‖∂loss/∂W_Q‖", "‖∂loss/∂W_K‖"), strict=True):
+                lowest[key] = min(lowest[key], float(smooth.min()))
+        titles = ("loss", "‖∂loss/∂W_Q‖", "‖∂loss/∂W_K‖")
+        for ax, key, title in zip(axes, keys, titles, strict=True):
             ax.set_yscale("log")
+            # a single step can reach ~0 (a confident right answer): show the smoothed range
+            ax.set_ylim(bottom=lowest[key] / 10)
             ax.set_xlabel("step")
             ax.set_title(title)
         axes[0].legend(fontsize=8)
     return fig
+
+
+def _weights_panel(ax, state):
+    w = _as_numpy(state.weights)
+    ax.bar(range(len(w)), w, color=SCALED)
+    ax.axhline(1 / len(w), color="0.5", ls="--", lw=1)
+    ax.set_ylim(0, 1.0)
+    ax.set_xlabel("key position")
+    ax.set_ylabel("weight")
+    ax.set_title(
+        f"d_k={state.d_k}, scale={state.scale:.3g}\nentropy {state.entropy:.2f} nats, "
+        f"max weight {state.max_weight:.2f}",
+        fontsize=9,
+    )
+
+
+def _curve_panel(ax, states):
+    seq_k = len(states[0].weights)
+    seen = set()
+    for i, st in enumerate(states):
+        color = PALETTE[i % len(PALETTE)]
+        if st.d_k not in seen:
+            seen.add(st.d_k)
+            ax.plot(st.curve_scales, st.curve_entropy, color="0.35", lw=1.2)
+            ax.axvline(1 / math.sqrt(st.d_k), color="0.2", lw=1, ls=":")
+        ax.plot([st.scale], [st.curve_at_scale], "o", color=color, ms=7)
+    ax.axhline(math.log(seq_k), color="0.5", ls="--", lw=1)
+    ax.set_xscale("log")
+    ax.set_ylim(0, math.log(seq_k) * 1.1)
+    ax.set_xlabel("scale")
+    ax.set_ylabel("mean entropy (nats)")
+    ax.set_title("mean entropy vs scale\n(dotted: 1/√d_k; dots: the settings)", fontsize=9)
 
 
 def explorer_view(state, axes=None):
@@ -296,42 +342,34 @@ def explorer_view(state, axes=None):
     """
     if axes is None:
         with course_style():
-            _, axes = plt.subplots(1, 2, figsize=(9.0, 3.0), layout="constrained")
-    a, b = axes
+            _, axes = plt.subplots(1, 2, figsize=(9.0, 3.2), layout="constrained")
     with course_style():
-        w = _as_numpy(state.weights)
-        a.bar(range(len(w)), w, color=SCALED)
-        a.axhline(1 / len(w), color="0.5", ls="--", lw=1)
-        a.set_ylim(0, 1.0)
-        a.set_xlabel("key position")
-        a.set_ylabel("weight")
-        a.set_title(
-            f"d_k={state.d_k}, scale={state.scale:.3g}: entropy {state.entropy:.2f} nats, "
-            f"max {state.max_weight:.2f}",
-            fontsize=9,
-        )
-        b.plot(state.curve_scales, state.curve_entropy, color=SCALED)
-        b.axhline(math.log(len(w)), color="0.5", ls="--", lw=1)
-        b.axvline(1 / math.sqrt(state.d_k), color="0.2", lw=1)
-        b.plot([state.scale], [state.curve_at_scale], "o", color=UNSCALED, ms=7)
-        b.set_xscale("log")
-        b.set_ylim(0, math.log(len(w)) * 1.1)
-        b.set_xlabel("scale")
-        b.set_ylabel("mean entropy (nats)")
-        b.set_title("entropy vs scale at this d_k (line: 1/√d_k)", fontsize=9)
+        _weights_panel(axes[0], state)
+        _curve_panel(axes[1], [state])
     return axes
 
 
 def explorer_grid(states):
-    """Static stand-in for the explorer: one row of :func:`explorer_view` per state."""
+    """Static stand-in for the explorer: the weights at each setting, and one entropy curve.
+
+    Parameters
+    ----------
+    states : sequence of ExplorerState
+        One weights panel each; the last panel draws each d_k's entropy curve once and
+        marks every setting on it (dots in the order of the panels' colours).
+
+    Returns
+    -------
+    Figure
+    """
+    n = len(states)
+    if n == 0:
+        raise ValueError("explorer_grid: states is empty")
     with course_style():
-        fig, axes = plt.subplots(
-            len(states),
-            2,
-            figsize=(9.0, 2.6 * len(states)),
-            layout="constrained",
-            squeeze=False,
-        )
-        for row, state in zip(axes, states, strict=True):
-            explorer_view(state, axes=row)
+        fig, axes = plt.subplots(1, n + 1, figsize=(2.9 * (n + 1), 3.0), layout="constrained")
+        for i, (ax, state) in enumerate(zip(axes[:-1], states, strict=True)):
+            _weights_panel(ax, state)
+            for bar in ax.patches:
+                bar.set_color(PALETTE[i % len(PALETTE)])
+        _curve_panel(axes[-1], states)
     return fig

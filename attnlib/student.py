@@ -1,0 +1,121 @@
+"""Student versions of the lessons: ``python -m attnlib.student notebooks workbook``.
+
+``make student`` runs this. For every lesson ``notebooks/NN_topic.ipynb`` it writes
+``workbook/NN_topic.ipynb`` with
+
+* every ``### BEGIN SOLUTION`` ... ``### END SOLUTION`` region replaced by
+  ``raise NotImplementedError()`` (nbgrader's own ``ClearSolutions``, so the workbook
+  matches what ``make release`` hands out),
+* every ``### BEGIN HIDDEN TESTS`` region removed,
+* all outputs and execution counts cleared.
+
+It never overwrites a notebook the learner has edited. ``workbook/.generated.json``
+stores, for each notebook written, a hash of its cells' types and sources as generated;
+a workbook notebook whose cells no longer hash the same has been edited and is skipped
+(and reported). Running cells changes only outputs, which are not hashed, so an
+untouched-but-run notebook is regenerated. A notebook in workbook/ that this tool did not
+write is never touched. Delete a workbook notebook to get a fresh copy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+LESSON_GLOB = "[0-9][0-9]_*.ipynb"
+MANIFEST = ".generated.json"
+
+
+def cell_hash(nb: nbformat.NotebookNode) -> str:
+    """Hash of what a learner edits: the cells' types and sources (not outputs)."""
+    h = hashlib.sha256()
+    for cell in nb.cells:
+        h.update(cell.cell_type.encode())
+        h.update(b"\0")
+        h.update(cell.source.encode())
+        h.update(b"\1")
+    return h.hexdigest()
+
+
+def student_version(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """The student version of a lesson (a new notebook; the input is not changed)."""
+    from nbgrader.preprocessors import ClearHiddenTests, ClearOutput, ClearSolutions
+
+    nb = nbformat.from_dict(json.loads(json.dumps(nb)))
+    resources = {}
+    for pp in (ClearSolutions(), ClearHiddenTests(), ClearOutput()):
+        nb, resources = pp.preprocess(nb, resources)
+    for cell in nb.cells:
+        cell.metadata.pop("execution", None)
+        if cell.cell_type == "code":
+            cell.execution_count = None
+            cell.outputs = []
+    return nb
+
+
+@dataclass
+class Result:
+    written: list[Path] = field(default_factory=list)
+    unchanged: list[Path] = field(default_factory=list)
+    skipped: list[Path] = field(default_factory=list)  # edited by the learner, or not ours
+
+
+def generate(notebooks: Path, workbook: Path) -> Result:
+    """Write student versions of every lesson in ``notebooks`` into ``workbook``."""
+    notebooks, workbook = Path(notebooks), Path(workbook)
+    lessons = sorted(notebooks.glob(LESSON_GLOB))
+    if not lessons:
+        raise SystemExit(f"no lessons ({LESSON_GLOB}) in {notebooks}")
+    workbook.mkdir(parents=True, exist_ok=True)
+    manifest_path = workbook / MANIFEST
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    result = Result()
+    for src in lessons:
+        dest = workbook / src.name
+        new = student_version(nbformat.read(src, as_version=4))
+        new_hash = cell_hash(new)
+        if dest.exists():
+            try:
+                current = cell_hash(nbformat.read(dest, as_version=4))
+            except Exception:  # noqa: BLE001 - unreadable means: not ours to overwrite
+                current = None
+            if manifest.get(src.name) is None or current != manifest[src.name]:
+                result.skipped.append(dest)
+                continue
+            if current == new_hash:
+                result.unchanged.append(dest)
+                continue
+        tmp = dest.with_suffix(".ipynb.tmp")
+        nbformat.write(new, tmp)
+        tmp.replace(dest)
+        manifest[src.name] = new_hash
+        result.written.append(dest)
+    manifest_path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 2:
+        print("usage: python -m attnlib.student NOTEBOOKS_DIR WORKBOOK_DIR", file=sys.stderr)
+        return 2
+    result = generate(Path(argv[0]), Path(argv[1]))
+    for p in result.written:
+        print(f"wrote     {p}")
+    for p in result.unchanged:
+        print(f"up to date {p}")
+    for p in result.skipped:
+        print(
+            f"SKIPPED   {p}: you have edited it (or it was not made by this tool); "
+            f"delete it to get a fresh copy"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,124 @@
+"""Every registered exercise, every misconception, every variant (parametrised over the registry).
+
+Exercises are registered by the ``attnlib/checks/ex_*.py`` modules of every lesson, so a
+new exercise is covered here as soon as its module exists:
+
+* the reference is diagnosed ``[]`` and ``check`` prints exactly one line;
+* every variant of every misconception is diagnosed as exactly its id (or a documented
+  superset, listed in ``SUPERSETS``), by ``check`` and by the hidden check;
+* ``check`` on a variant raises ``AssertionError`` naming the id and its explanation;
+* the cases are non-square where the inputs are matrices, and every variant differs
+  from the reference on at least one case (a variant the cases cannot see is a defect).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from attnlib import checks
+from attnlib.checks import get_exercise
+from attnlib.checks.grading import REFERENCE_TAG
+
+# (exercise, misconception id) -> the ids diagnose() may return for its variants, when a
+# variant is, by construction, also another known mistake. Empty: none needed so far.
+SUPERSETS: dict[tuple[str, str], list[str]] = {}
+
+# The exercises the grading issue requires, with their required misconception ids.
+REQUIRED = {
+    "softmax": {"unstable-softmax", "softmax-wrong-axis", "weights-not-normalized"},
+    "attend": {
+        "softmax-over-queries",
+        "no-scaling",
+        "scale-not-sqrt",
+        "mask-after-softmax",
+        "mask-inverted",
+        "keys-not-transposed",
+        "weights-transposed",
+        "unstable-softmax",
+    },
+    "causal_mask": {"causal-inverted", "causal-diagonal-excluded"},
+    "padding_mask": {"padding-inverted", "padding-on-query-axis"},
+}
+
+EXERCISES = checks.exercises()
+VARIANTS = [
+    pytest.param(name, m.id, i, v, id=f"{name}-{m.id}-{i}")
+    for name in EXERCISES
+    for m in get_exercise(name).misconceptions
+    for i, v in enumerate(m.variants)
+]
+
+
+def _arrays(case):
+    values = list(case.args) + list(case.kwargs.values())
+    return [a for a in values if isinstance(a, (np.ndarray, torch.Tensor))]
+
+
+def test_required_exercises_and_ids_are_registered():
+    for name, ids in REQUIRED.items():
+        have = {m.id for m in get_exercise(name).misconceptions}
+        assert ids <= have, f"{name} misses {sorted(ids - have)}"
+
+
+@pytest.mark.parametrize("name", EXERCISES)
+def test_every_misconception_has_an_explanation_and_a_variant(name):
+    for m in get_exercise(name).misconceptions:
+        assert len(m.explanation) > 40, (name, m.id)
+        assert m.variants, (name, m.id)
+
+
+@pytest.mark.parametrize("name", EXERCISES)
+def test_reference_is_clean_and_check_prints_one_line(name, capsys):
+    ex = get_exercise(name)
+    assert checks.diagnose(name, ex.reference) == []
+    assert checks.run(name, ex.reference, hidden=True).ok
+    checks.check(name, ex.reference)
+    assert capsys.readouterr().out == f"✔ {name}: correct on all {len(ex.cases())} cases\n"
+
+
+@pytest.mark.parametrize("name", EXERCISES)
+def test_hidden_check_accepts_the_reference_or_names_the_reference_call(name, capsys):
+    # A reference that calls attnlib is itself "a solution calling the reference" to the
+    # hidden check; any other failure would be a broken hidden case.
+    try:
+        checks.check_hidden(name, get_exercise(name).reference)
+    except AssertionError as err:
+        assert REFERENCE_TAG in str(err)
+    assert capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize("name", EXERCISES)
+def test_cases_are_non_square_where_inputs_are_matrices(name):
+    cases = get_exercise(name).cases(hidden=True)
+    mats = [a for c in cases for a in _arrays(c) if a.ndim >= 2 and a.dtype != bool]
+    if not mats:
+        pytest.skip(f"{name} takes no matrices (sizes or lengths only)")
+    assert any(a.shape[-1] != a.shape[-2] for a in mats), f"{name}: all matrices are square"
+
+
+@pytest.mark.parametrize(("name", "mid", "index", "variant"), VARIANTS)
+def test_variant_is_diagnosed_as_exactly_its_misconception(name, mid, index, variant):
+    expected = SUPERSETS.get((name, mid), [mid])
+    assert checks.diagnose(name, variant) == expected
+    assert checks.run(name, variant, hidden=True).misconceptions == expected
+
+
+@pytest.mark.parametrize(("name", "mid", "index", "variant"), VARIANTS)
+def test_check_on_variant_names_the_misconception_and_explains_it(
+    name, mid, index, variant, capsys
+):
+    with pytest.raises(AssertionError) as err:
+        checks.check(name, variant)
+    message = str(err.value)
+    assert f"[{mid}]" in message
+    assert checks.explanation(name, mid) in message
+    assert capsys.readouterr().out == ""  # a failing check prints nothing
+
+
+@pytest.mark.parametrize(("name", "mid", "index", "variant"), VARIANTS)
+def test_hidden_check_fails_the_variant(name, mid, index, variant):
+    with pytest.raises(AssertionError, match="hidden tests failed") as err:
+        checks.check_hidden(name, variant)
+    assert mid in str(err.value)

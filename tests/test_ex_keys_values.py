@@ -1,0 +1,223 @@
+"""The checks of lessons 05 and 06: lookup_batch, attention_backward, mha_by_hand, and the
+prediction of lesson 05.
+
+References are compared with independent oracles (a Python loop; torch autograd;
+nn.MultiheadAttention itself and attnlib.torch_mha.mha_forward); every known wrong variant
+must be diagnosed as exactly its own misconception, and check() must name it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from attnlib import checks
+from attnlib.checks import ex_keys_values as KV
+from attnlib.checks import get_exercise
+from attnlib.torch_mha import mha_forward
+
+EXERCISES = ("lookup_batch", "attention_backward", "mha_by_hand")
+
+VARIANTS = [
+    pytest.param(name, m.id, i, v, id=f"{name}-{m.id}-{i}")
+    for name in EXERCISES
+    for m in get_exercise(name).misconceptions
+    for i, v in enumerate(m.variants)
+]
+
+
+def test_exercises_are_registered():
+    assert set(EXERCISES) <= set(checks.exercises())
+
+
+CORRECT = {
+    "lookup_batch": KV._lb_variant(),
+    "attention_backward": KV._bw_variant(),
+    "mha_by_hand": KV._mha_variant(),
+}
+
+
+@pytest.mark.parametrize("name", EXERCISES)
+def test_reference_is_diagnosed_clean(name):
+    ex = get_exercise(name)
+    assert checks.diagnose(name, ex.reference) == []
+    assert checks.run(name, ex.reference, hidden=True).ok
+
+
+@pytest.mark.parametrize("name", EXERCISES)
+def test_an_independent_correct_version_passes_with_one_line(name, capsys):
+    """The variants' builder with its defaults is a second, independent correct solution."""
+    correct = CORRECT[name]
+    assert checks.run(name, correct, hidden=True).ok
+    checks.check(name, correct)
+    n_cases = len(get_exercise(name).cases())
+    assert capsys.readouterr().out == f"✔ {name}: correct on all {n_cases} cases\n"
+    checks.check_hidden(name, correct)
+
+
+@pytest.mark.parametrize(("name", "mid", "index", "variant"), VARIANTS)
+def test_variant_is_diagnosed_as_exactly_its_misconception(name, mid, index, variant):
+    assert checks.diagnose(name, variant) == [mid]
+    assert checks.run(name, variant, hidden=True).misconceptions == [mid]
+
+
+@pytest.mark.parametrize(("name", "mid", "index", "variant"), VARIANTS)
+def test_check_on_variant_raises_naming_the_misconception(name, mid, index, variant, capsys):
+    with pytest.raises(AssertionError) as err:
+        checks.check(name, variant)
+    assert f"[{mid}]" in str(err.value)
+    assert checks.explanation(name, mid) in str(err.value)
+    assert capsys.readouterr().out == ""
+    with pytest.raises(AssertionError, match=mid):
+        checks.check_hidden(name, variant)
+
+
+# ---- the references against independent oracles ------------------------------------------
+
+
+def test_lookup_reference_matches_a_loop():
+    for case in get_exercise("lookup_batch").cases(hidden=True):
+        names, numbers, query_pos, n_names, n_numbers = case.args
+        tokens, query, target = get_exercise("lookup_batch").reference(*case.args)
+        for b in range(len(names)):
+            for j in range(names.shape[1]):
+                row = np.zeros(n_names + n_numbers)
+                row[names[b, j]] = row[n_names + numbers[b, j]] = 1
+                np.testing.assert_array_equal(tokens[b, j], row)
+            qrow = np.zeros(n_names + n_numbers)
+            qrow[names[b, query_pos[b]]] = 1
+            np.testing.assert_array_equal(query[b, 0], qrow)
+            assert target[b] == numbers[b, query_pos[b]]
+
+
+def test_backward_reference_matches_autograd():
+    for case in get_exercise("attention_backward").cases(hidden=True):
+        q, k, v, d_out = (torch.tensor(a, requires_grad=True) for a in case.args)
+        s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+        (torch.softmax(s, -1) @ v).backward(d_out.detach())
+        got = get_exercise("attention_backward").reference(*case.args)
+        for g, t in zip(got, (q, k, v), strict=True):
+            np.testing.assert_allclose(
+                g, t.grad.numpy(), rtol=1e-10, atol=1e-12, err_msg=case.label
+            )
+
+
+def test_mha_reference_matches_attnlib_torch_mha():
+    for case in get_exercise("mha_by_hand").cases(hidden=True):
+        query, key, value, W_in, b_in, W_out, b_out, n_heads, batch_first = case.args
+        mha = nn.MultiheadAttention(query.shape[-1], n_heads, batch_first=batch_first,
+                                    dtype=torch.float64).eval()  # fmt: skip
+        with torch.no_grad():
+            mha.in_proj_weight.copy_(W_in)
+            mha.in_proj_bias.copy_(b_in)
+            mha.out_proj.weight.copy_(W_out)
+            mha.out_proj.bias.copy_(b_out)
+            want = mha_forward(mha, query, key, value)
+        got = get_exercise("mha_by_hand").reference(*case.args)
+        for g, w in zip(got, want, strict=True):
+            torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-12)
+
+
+def test_mha_cases_expose_the_mistakes():
+    cases = get_exercise("mha_by_hand").cases()
+    assert any(not c.args[-1] for c in cases), "a batch_first=False case"
+    for c in cases:
+        query, n_heads, batch_first = c.args[0], c.args[-2], c.args[-1]
+        assert n_heads >= 2, "scaling by d_model differs from d_head only with >= 2 heads"
+        if not batch_first:
+            assert query.shape[0] != query.shape[1], "seq != batch, so a wrong axis shows"
+
+
+def test_backward_cases_include_square_and_non_square_scores():
+    shapes = [(c.args[0].shape[-2], c.args[1].shape[-2]) for c in get_exercise(
+        "attention_backward").cases()]  # fmt: skip
+    assert any(a == b for a, b in shapes) and any(a != b for a, b in shapes)
+
+
+# ---- solutions that must not pass -----------------------------------------------------------
+
+
+def test_calling_the_reference_is_refused():
+    from attnlib.backprop import attention_backward
+    from attnlib.lookup import lookup_batch
+
+    with pytest.raises(AssertionError, match="calls the course's reference"):
+        checks.check("attention_backward", lambda q, k, v, d: attention_backward(q, k, v, d))
+    with pytest.raises(AssertionError, match="calls the course's reference"):
+        checks.check("lookup_batch", lambda *a: lookup_batch(*a))
+
+
+def test_calling_torch_multi_head_attention_forward_is_refused():
+    def via_torch(query, key, value, W_in, b_in, W_out, b_out, n_heads, batch_first):
+        mha = nn.MultiheadAttention(query.shape[-1], n_heads, batch_first=batch_first,
+                                    dtype=torch.float64)  # fmt: skip
+        with torch.no_grad():
+            mha.in_proj_weight.copy_(W_in)
+            mha.in_proj_bias.copy_(b_in)
+            mha.out_proj.weight.copy_(W_out)
+            mha.out_proj.bias.copy_(b_out)
+        return mha(query, key, value)  # training mode: the Python path
+
+    with pytest.raises(AssertionError, match="calls the course's reference"):
+        checks.check("mha_by_hand", via_torch)
+
+
+def test_an_unknown_mistake_fails_without_a_diagnosis():
+    def zeros(q, k, v, d_out):
+        return np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
+
+    report = checks.run("attention_backward", zeros)
+    assert not report.ok and report.misconceptions == []
+
+
+# ---- the prediction of lesson 05 -------------------------------------------------------------
+
+MEASURED = {"separate": 1.0, "tied": 0.35, "uniform": 0.3}
+
+
+def test_right_prediction_passes(capsys):
+    assert KV.diagnose_prediction({"worse": "tied", "reason": "B"}, MEASURED) == []
+    KV.check_prediction({"worse": "tied", "reason": "B"}, MEASURED)
+    assert capsys.readouterr().out.startswith("✔ prediction")
+
+
+def test_the_variant_is_checked_against_the_measurement():
+    flipped = {"separate": 0.3, "tied": 0.9}
+    assert KV.diagnose_prediction({"worse": "tied", "reason": "B"}, flipped) == ["wrong-variant"]
+    assert KV.diagnose_prediction({"worse": "separate", "reason": "B"}, MEASURED) == [
+        "wrong-variant"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("prediction", "ids"),
+    [
+        ({"worse": "tied", "reason": "A"}, ["tied-only-slower"]),
+        ({"worse": "tied", "reason": "C"}, ["softmax-breaks"]),
+        ({"worse": "tied", "reason": "D"}, ["separate-overfits"]),
+        ({"worse": "uniform", "reason": "B"}, ["control-is-not-a-wiring"]),
+        ({"worse": "separate", "reason": "D"}, ["wrong-variant", "separate-overfits"]),
+    ],
+)
+def test_wrong_predictions_name_their_misconceptions(prediction, ids):
+    assert KV.diagnose_prediction(prediction, MEASURED) == ids
+    with pytest.raises(AssertionError) as err:
+        KV.check_prediction(prediction, MEASURED)
+    for mid in ids:
+        assert f"[{mid}]" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "bad", [{"worse": "tied"}, {"worse": "both", "reason": "B"}, {"worse": "tied", "reason": "E"}]
+)
+def test_malformed_predictions_get_clear_errors(bad):
+    with pytest.raises((TypeError, ValueError), match="prediction"):
+        KV.diagnose_prediction(bad, MEASURED)
+
+
+def test_every_reason_is_either_right_or_a_named_misconception():
+    assert set(KV.REASONS) == {KV._RIGHT_REASON, *KV._REASON_MISCONCEPTIONS}

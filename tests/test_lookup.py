@@ -1,0 +1,207 @@
+"""attnlib.lookup: the generated lookup task of lesson 05 and its one-head model.
+
+Oracles: a plain Python loop for the encoding, torch's scaled_dot_product_attention for
+the model's forward pass, numpy's SVD for the projection, and the exact additive
+decomposition of a full name × number grid for the variance share.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnlib import lookup as L
+
+
+def _loop_encoding(names, numbers, query_pos, n_names, n_numbers):
+    batch, seq_k = names.shape
+    d = n_names + n_numbers
+    tokens = np.zeros((batch, seq_k, d))
+    query = np.zeros((batch, 1, d))
+    target = np.zeros(batch, dtype=np.int64)
+    for b in range(batch):
+        for j in range(seq_k):
+            tokens[b, j, names[b, j]] = 1.0
+            tokens[b, j, n_names + numbers[b, j]] = 1.0
+        query[b, 0, names[b, query_pos[b]]] = 1.0
+        target[b] = numbers[b, query_pos[b]]
+    return tokens, query, target
+
+
+def test_lookup_batch_matches_a_loop():
+    rng = np.random.default_rng(0)
+    names = np.argsort(rng.random((5, 9)), axis=-1)[:, :4]
+    numbers = rng.integers(0, 3, (5, 4))
+    query_pos = rng.integers(0, 4, 5)
+    got = L.lookup_batch(names, numbers, query_pos, 9, 3)
+    want = _loop_encoding(names, numbers, query_pos, 9, 3)
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape
+        np.testing.assert_array_equal(g, w)
+    assert got[2].dtype == np.int64
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        ((np.zeros((2, 3), int), np.zeros((2, 4), int), np.zeros(2, int), 4, 4), "same shape"),
+        ((np.zeros((2, 3), int), np.zeros((2, 3), int), np.zeros(3, int), 4, 4), r"query_pos"),
+        ((np.full((2, 3), 4), np.zeros((2, 3), int), np.zeros(2, int), 4, 4), "names must lie"),
+        ((np.zeros((2, 3), int), np.full((2, 3), 5), np.zeros(2, int), 4, 5), "numbers must"),
+        ((np.zeros((2, 3), int), np.zeros((2, 3), int), np.full(2, 3), 4, 4), "query_pos must"),
+        ((np.zeros((2, 3)), np.zeros((2, 3), int), np.zeros(2, int), 4, 4), "integers"),
+        ((np.zeros(3, int), np.zeros(3, int), np.zeros(1, int), 4, 4), "2 dims"),
+    ],
+)
+def test_lookup_batch_rejects_bad_input(args, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        L.lookup_batch(*args)
+
+
+def test_sample_lookup_is_deterministic_and_correct():
+    kw = {"seq_k": 6, "n_names": 16, "n_numbers": 8}
+    a = L.sample_lookup(64, generator=np.random.default_rng(3), **kw)
+    b = L.sample_lookup(64, generator=np.random.default_rng(3), **kw)
+    c = L.sample_lookup(64, generator=np.random.default_rng(4), **kw)
+    for x, y in zip(a, b, strict=True):
+        assert torch.equal(x, y)
+    assert not torch.equal(a.names, c.names)
+    assert a.tokens.shape == (64, 6, 24) and a.tokens.dtype == torch.float32
+    assert a.query.shape == (64, 1, 24)
+    assert a.target.shape == (64,) and a.target.dtype == torch.int64
+    # names are distinct within each sequence, and everything is in range
+    assert all(len(set(row.tolist())) == 6 for row in a.names)
+    assert int(a.names.max()) < 16 and int(a.numbers.max()) < 8
+    rows = torch.arange(64)
+    assert torch.equal(a.target, a.numbers[rows, a.query_pos])
+    # the query's name block points at exactly one token: the asked one
+    match = (a.tokens[..., :16] * a.query[..., :16]).sum(-1)  # (batch, seq_k)
+    assert torch.equal(match.argmax(-1), a.query_pos)
+    assert torch.equal(match.sum(-1), torch.ones(64))
+    assert float(a.query[..., 16:].abs().sum()) == 0.0  # the answer is not in the question
+
+
+def test_sample_lookup_needs_enough_names():
+    with pytest.raises(ValueError, match="seq_k=6"):
+        L.sample_lookup(2, seq_k=6, n_names=5, n_numbers=3, generator=np.random.default_rng(0))
+
+
+def test_tied_shares_one_parameter_and_separate_does_not():
+    tied = L.make_lookup("tied", d_head=3, n_names=5, n_numbers=4, seed=0)
+    sep = L.make_lookup("separate", d_head=3, n_names=5, n_numbers=4, seed=0)
+    assert tied.W_k.weight is tied.W_v.weight
+    assert sep.W_k.weight is not sep.W_v.weight
+    n_tied = sum(p.numel() for p in tied.parameters())
+    n_sep = sum(p.numel() for p in sep.parameters())
+    assert n_sep - n_tied == 3 * 9  # exactly one (d_head, d_model) matrix fewer
+    # an update through the keys changes the values too
+    x = torch.eye(9)[None, :5]  # (1, 5, 9)
+    k, v = tied.keys_values(x)
+    assert torch.equal(k, v)
+    k.sum().backward()
+    assert tied.W_v.weight.grad is not None and float(tied.W_v.weight.grad.abs().sum()) > 0
+
+
+def test_uniform_control_has_uniform_weights_and_no_keys():
+    m = L.make_lookup("uniform", d_head=3, n_names=8, n_numbers=4, seed=1)
+    assert m.W_k is None
+    b = L.sample_lookup(5, seq_k=6, n_names=8, n_numbers=4, generator=np.random.default_rng(0))
+    logits, w = m(b.query, b.tokens)
+    assert logits.shape == (5, 4)
+    torch.testing.assert_close(w, torch.full((5, 1, 6), 1 / 6))
+
+
+@pytest.mark.parametrize("mode", ["separate", "tied"])
+def test_forward_matches_sdpa(mode):
+    m = L.make_lookup(mode, d_head=4, n_names=8, n_numbers=5, seed=2)
+    b = L.sample_lookup(7, seq_k=5, n_names=8, n_numbers=5, generator=np.random.default_rng(1))
+    logits, w = m(b.query, b.tokens)
+    q = b.query @ m.W_q.weight.T
+    k = b.tokens @ m.W_k.weight.T
+    v = b.tokens @ m.W_v.weight.T
+    out = F.scaled_dot_product_attention(q, k, v)  # (batch, 1, d_head)
+    want = out[:, 0] @ m.W_o.weight.T + m.W_o.bias
+    torch.testing.assert_close(logits, want, rtol=1e-5, atol=1e-6)
+    s = q @ k.transpose(-1, -2) / math.sqrt(4)
+    torch.testing.assert_close(w, torch.softmax(s, -1), rtol=1e-5, atol=1e-6)
+
+
+def test_bad_mode_is_refused():
+    with pytest.raises(ValueError, match="mode must be one of"):
+        L.LookupAttention(6, 2, 3, mode="shared")
+
+
+def test_fit_is_reproducible_and_restores_threads():
+    threads = torch.get_num_threads()
+    kw = {"steps": 8, "batch": 16, "seq_k": 4, "n_names": 6, "n_numbers": 3, "seed": 5}
+    h = []
+    for _ in range(2):
+        m = L.make_lookup("separate", d_head=2, n_names=6, n_numbers=3, seed=0)
+        h.append(L.fit_lookup(m, progress=False, **kw))
+    np.testing.assert_array_equal(h[0]["loss"], h[1]["loss"])
+    assert len(h[0]["accuracy"]) == 8
+    assert torch.get_num_threads() == threads
+
+
+def test_fit_records_probe_values():
+    m = L.make_lookup("separate", d_head=2, n_names=6, n_numbers=3, seed=0)
+    calls = []
+
+    def probe(model):
+        calls.append(torch.is_grad_enabled())
+        return {"norm_k": float(model.W_k.weight.norm())}
+
+    h = L.fit_lookup(m, steps=3, batch=8, seq_k=4, n_names=6, n_numbers=3, seed=0, probe=probe,
+                     progress=False)  # fmt: skip
+    assert len(h["norm_k"]) == 3 and calls == [False, False, False]
+    assert h["norm_k"][0] != h["norm_k"][-1]  # the keys moved
+
+
+def test_all_tokens_covers_the_grid_once():
+    x, names, numbers = L.all_tokens(4, 3)
+    assert x.shape == (12, 7)
+    pairs = {(int(a), int(b)) for a, b in zip(names, numbers, strict=True)}
+    assert pairs == {(a, b) for a in range(4) for b in range(3)}
+    assert torch.equal(x[:, :4].argmax(-1), torch.as_tensor(names))
+    assert torch.equal(x[:, 4:].argmax(-1), torch.as_tensor(numbers))
+
+
+def test_variance_explained_on_an_additive_grid():
+    # vectors = a[name] + b[number] on a full grid: the shares are exact
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((5, 3)) * 3, rng.standard_normal((4, 3))
+    names, numbers = np.meshgrid(np.arange(5), np.arange(4), indexing="ij")
+    names, numbers = names.ravel(), numbers.ravel()
+    x = a[names] + b[numbers]
+    va = ((a - a.mean(0)) ** 2).sum() / 5
+    vb = ((b - b.mean(0)) ** 2).sum() / 4
+    assert L.variance_explained(x, names) == pytest.approx(va / (va + vb), rel=1e-12)
+    assert L.variance_explained(x, numbers) == pytest.approx(vb / (va + vb), rel=1e-12)
+    assert L.variance_explained(torch.as_tensor(x), names) == pytest.approx(va / (va + vb))
+
+
+def test_variance_explained_edges_and_errors():
+    x = np.array([[0.0, 1.0], [0.0, 1.0], [2.0, 0.0], [2.0, 0.0]])
+    assert L.variance_explained(x, [0, 0, 1, 1]) == pytest.approx(1.0)
+    assert L.variance_explained(x, [0, 1, 0, 1]) == pytest.approx(0.0)
+    assert L.variance_explained(np.ones((3, 2)), [0, 1, 2]) == 0.0
+    with pytest.raises(ValueError, match="labels"):
+        L.variance_explained(x, [0, 1])
+
+
+def test_pca_2d_matches_numpy_svd_up_to_sign():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((30, 5)) @ np.diag([5.0, 3.0, 1.0, 0.5, 0.1])
+    p = L.pca_2d(torch.as_tensor(x)).numpy()
+    c = x - x.mean(0)
+    _, _, vt = np.linalg.svd(c, full_matrices=False)
+    want = c @ vt[:2].T
+    for i in range(2):
+        sign = np.sign(p[:, i] @ want[:, i])
+        np.testing.assert_allclose(p[:, i], sign * want[:, i], atol=1e-10)
+    # sign convention: the largest-magnitude coordinate of each axis is positive
+    assert all(p[np.abs(p[:, i]).argmax(), i] > 0 for i in range(2))
