@@ -80,7 +80,7 @@ def _check_block(fn: str, name: str, value) -> int:
 
 
 def blockwise_attend(
-    q, k, v, *, causal: bool = False, block_q: int = 128, block_k: int = 128, scale=None
+    q, k, v, *, causal: bool = False, block_q: int = 256, block_k: int = 256, scale=None
 ):
     """Scaled dot-product attention computed tile by tile, never storing seq_q × seq_k.
 
@@ -96,7 +96,7 @@ def blockwise_attend(
     causal : bool, default False
         Query i sees keys 0..i (top-left aligned, as ``attend(causal=True)``). Tiles
         entirely in the future are skipped; the diagonal tiles are masked inside.
-    block_q, block_k : int, default 128
+    block_q, block_k : int, default 256
         Tile size: queries and keys processed together.
     scale : float, optional
         Default ``1 / sqrt(d_k)``.

@@ -32,7 +32,14 @@ from torch import nn
 from attnlib.mha import MultiHeadAttention
 from attnlib.training import History, train
 
-__all__ = ["HeadsTask", "Batch", "make_batch", "HeadsTaskModel", "train_heads_model"]
+__all__ = [
+    "HeadsTask",
+    "Batch",
+    "make_batch",
+    "HeadsTaskModel",
+    "train_heads_model",
+    "attention_shares",
+]
 
 
 @dataclass(frozen=True)
@@ -129,6 +136,44 @@ def make_batch(task: HeadsTask, batch: int, generator: torch.Generator) -> Batch
     last = letters.gather(1, marker_pos[:, :-1])  # last marker <= i - 1, for i = 1 .. seq - 1
     marker = torch.cat([ignore, last], dim=1)  # (batch, seq)
     return Batch(tokens, prev, marker)
+
+
+def _last_marker_before(task: HeadsTask, tokens: torch.Tensor) -> torch.Tensor:
+    """(batch, seq) position of the last marker at a position < i (0 for i = 0)."""
+    batch, seq = tokens.shape
+    pos = torch.arange(seq).expand(batch, seq)  # (batch, seq)
+    marker_pos = torch.where(tokens >= task.n_letters, pos, 0).cummax(dim=1).values
+    return torch.cat([torch.zeros(batch, 1, dtype=torch.long), marker_pos[:, :-1]], dim=1)
+
+
+def attention_shares(task: HeadsTask, tokens: torch.Tensor, weights: torch.Tensor) -> dict:
+    """How much weight each head puts on the previous token and on the last marker.
+
+    Only positions i ≥ 1 whose previous token is *not* the last marker count, so the two
+    places differ and a head cannot score on both at once.
+
+    Parameters
+    ----------
+    task : HeadsTask
+    tokens : LongTensor of shape (batch, seq)
+    weights : Tensor of shape (batch, n_heads, seq, seq)
+
+    Returns
+    -------
+    dict with ``"prev"`` and ``"marker"``: numpy arrays of shape (n_heads,), the mean
+    weight each head gives to that place.
+    """
+    batch, n_heads, seq, _ = weights.shape
+    i = torch.arange(1, seq)  # query positions with a target
+    last = _last_marker_before(task, tokens)[:, 1:]  # (batch, seq - 1)
+    differ = last != (i - 1)  # (batch, seq - 1)
+    w = weights[:, :, 1:, :].detach()  # (batch, n_heads, seq - 1, seq)
+    on_prev = w.gather(3, (i - 1).expand(batch, n_heads, seq - 1)[..., None])[..., 0]
+    on_marker = w.gather(3, last[:, None, :, None].expand(batch, n_heads, seq - 1, 1))[..., 0]
+    return {
+        "prev": on_prev.permute(1, 0, 2)[:, differ].mean(dim=1).numpy(),
+        "marker": on_marker.permute(1, 0, 2)[:, differ].mean(dim=1).numpy(),
+    }
 
 
 class HeadsTaskModel(nn.Module):

@@ -71,9 +71,12 @@ def lesson(stem: str, names: list[str]) -> nbformat.NotebookNode:
     """A lesson notebook with one exercise (three cells) per name."""
     num = stem[:2]
     cells = [
-        nbformat.v4.new_markdown_cell(f"# {num} · Fixture lesson\n\nA test fixture.", metadata=_meta("slide")),
+        nbformat.v4.new_markdown_cell(
+            f"# {num} · Fixture lesson\n\nA test fixture.", metadata=_meta("slide")
+        ),
         nbformat.v4.new_code_cell(
-            "import numpy as np\n\nimport attnlib\n\nattnlib.seed_everything(0)", metadata=_meta("skip")
+            "import numpy as np\n\nimport attnlib\n\nattnlib.seed_everything(0)",
+            metadata=_meta("skip"),
         ),
     ]
     for i, name in enumerate(names, 1):

@@ -281,12 +281,15 @@ def test_exercises_have_the_three_cell_form(path):
             assert part in intro.source, f"{where}: exercise cell lacks {part}"
         assert re.search(r"\*\*Difficulty\*\*\W*★{1,3}(?!★)", intro.source), f"{where}: ★ to ★★★"
         assert re.search(r"\*\*Time\*\*\W*~\s*\d+\s*min", intro.source), f"{where}: Time ~N min"
-        # 3. the graded, locked check cell right after it
-        assert i + 1 < len(nb.cells), f"{where}: no check cell after the solution"
-        check = nb.cells[i + 1]
-        cmeta = check.metadata.get("nbgrader", {})
+        # 3. the graded, locked check cell: the next nbgrader cell after the solution (usually
+        # the very next cell; a "predict, run, then check" exercise may put prose and code
+        # in between, but never another exercise)
+        later = [(j, c) for j, c in enumerate(nb.cells) if j > i and "nbgrader" in c.metadata]
+        assert later, f"{where}: no graded check cell after the solution"
+        j, check = later[0]
+        cmeta = check.metadata["nbgrader"]
         assert check.cell_type == "code" and cmeta.get("grade") is True, (
-            f"{where}: the next cell must be its graded check cell"
+            f"{where}: the next nbgrader cell (cell {j}) must be its graded check cell"
         )
         assert cmeta.get("locked") is True and cmeta.get("solution") is False, (
             f"{where}: check cell must be locked and not a solution: {cmeta}"
@@ -303,12 +306,18 @@ def test_exercises_have_the_three_cell_form(path):
         assert hidden[0] == hidden[1], f"{where}: unbalanced HIDDEN TESTS markers"
 
 
-def test_every_graded_cell_belongs_to_a_solution(path):
-    nb = load(path)
+def test_every_graded_cell_checks_an_earlier_solution(path):
+    nb, nn = load(path), lesson(path)
+    seen = set()
     for i, _cell, meta in nbgrader_cells(nb):
-        if meta.get("grade") and not meta.get("solution"):
-            prev = nb.cells[i - 1].metadata.get("nbgrader", {}) if i else {}
-            assert prev.get("solution") is True, f"graded cell {i} does not follow a solution cell"
+        if meta.get("solution"):
+            seen.add(meta["grade_id"].removesuffix("-solution"))
+        elif meta.get("grade"):
+            gid = meta.get("grade_id", "")
+            assert re.fullmatch(rf"l{nn}-[a-z0-9-]+-check", gid), f"cell {i}: grade_id {gid!r}"
+            assert gid.removesuffix("-check") in seen, (
+                f"graded cell {i} ({gid}) has no solution before it"
+            )
 
 
 def test_lessons_from_01_have_two_graded_exercises(path):

@@ -193,7 +193,9 @@ def _same(ex: Exercise, expected: Any, got: Any) -> tuple[bool, str]:
     if _isinstance(expected, _Raised) or _isinstance(got, _Raised):
         both = _isinstance(expected, _Raised) and _isinstance(got, _Raised)
         return both, ("" if both else (repr(got) if _isinstance(got, _Raised) else "returned"))
-    exp_parts, got_parts = _flatten(expected), _flatten(got)
+    exp_parts = _flatten(expected)
+    # a single expected output is compared with the whole result (a list is not an array)
+    got_parts = _flatten(got) if len(exp_parts) > 1 or _type(expected) in (tuple, list) else [got]
     if len(exp_parts) != len(got_parts):
         return False, f"returned {len(got_parts)} value(s), expected {len(exp_parts)}"
     for i, (e, g) in enumerate(zip(exp_parts, got_parts, strict=True)):

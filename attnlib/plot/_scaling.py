@@ -241,16 +241,16 @@ def temperature_sweep(scales, stats, *, mark: float, seq_k: int, ax=None):
         right.set_ylabel("gradient reaching the query", color=UNSCALED)
         ax.axvline(mark, color="0.2", lw=1)
         ax.text(mark * 1.1, 0.25, "1/√d_k", fontsize=9)
-        ax.text(c[0], 0.15, "near uniform:\ncannot select", fontsize=8, va="bottom")
+        ax.text(c[0], 0.08, "near uniform:\ncannot select", fontsize=8, va="bottom")
         ax.text(c[-1], math.log(seq_k) * 0.55, "near one-hot:\nbrittle", fontsize=8, ha="right")
         lines = ax.get_legend_handles_labels()
         more = right.get_legend_handles_labels()
         ax.legend(
             lines[0] + more[0],
             lines[1] + more[1],
-            loc="center left",
+            loc="lower left",
             fontsize=8,
-            bbox_to_anchor=(0.0, 0.62),
+            bbox_to_anchor=(0.0, 0.14),
         )
         ax.set_title("Too small a scale cannot select; too large cannot learn")
         ax.right = right
