@@ -258,6 +258,7 @@ def load_config(course: Path, timeout: int | None = None):
     cfg.CourseDirectory.root = str(Path(course).resolve())
     if timeout is not None:
         cfg.Execute.timeout = int(timeout)
+        cfg.ResilientExecute.probe_timeout = min(10, int(timeout))
     return cfg
 
 

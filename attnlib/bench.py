@@ -1,0 +1,336 @@
+"""``make bench`` / ``python -m attnlib.bench``: the course's performance table.
+
+Measured in one run, on this machine, printed as plain-text tables:
+
+1. attention time — ``scaled_dot_product_attention`` (torch's fused kernel) vs
+   :func:`attnlib.attend` (the explicit path in torch) vs the numpy path vs
+   :func:`attnlib.blockwise.blockwise_attend`, batch 8 × heads 8 × d_k 64, seq 128–2048;
+2. peak memory of the explicit and the blockwise path (numpy, traced with tracemalloc:
+   deterministic), seq 512–4096;
+3. decoding with and without the KV cache (tokens/s, speedup) at 256 and 1024 new tokens.
+
+``--course`` also runs every lesson under strict nbval and reports the wall time and the
+slowest lesson (minutes). ``--quick`` is a tiny configuration for tests.
+
+Timing rules (the machine may be shared): every figure is the median of several repeats;
+variants compared in one row are run interleaved (A, B, A, B, ...) so their ratio is a
+paired ratio, which is far steadier than absolute seconds.
+
+The helpers :func:`median_times` and :func:`num_threads` are used by lessons 10 and 11 too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+__all__ = ["median_times", "num_threads", "machine_info", "main"]
+
+
+# ----------------------------------------------------------------------------------------
+# Timing helpers.
+# ----------------------------------------------------------------------------------------
+
+
+def median_times(fns: dict[str, Callable[[], object]], *, repeats: int = 5, warmup: int = 1):
+    """Median wall time (seconds) of each function, measured interleaved.
+
+    Each round calls every function once, in order; after ``warmup`` rounds, ``repeats``
+    rounds are timed. Running the variants side by side means a busy spell on the machine
+    slows all of them, so ratios between them stay meaningful.
+
+    Returns
+    -------
+    dict of name -> float
+    """
+    if repeats < 1:
+        raise ValueError(f"median_times: repeats must be >= 1, got {repeats}")
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for r in range(warmup + repeats):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            dt = time.perf_counter() - t0
+            if r >= warmup:
+                times[name].append(dt)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+@contextlib.contextmanager
+def num_threads(n: int):
+    """Run a block with ``torch.set_num_threads(n)``; the previous setting is restored."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def machine_info() -> str:
+    cores = os.cpu_count()
+    return (
+        f"machine: {platform.machine()}, {cores} cores, torch {torch.__version__} "
+        f"({torch.get_num_threads()} threads), numpy {np.__version__}, "
+        f"python {platform.python_version()}"
+    )
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    line = "  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True))
+    sep = "  ".join("-" * w for w in widths)
+    body = ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join([line, sep, *body])
+
+
+def _ms(t: float) -> str:
+    return f"{t * 1e3:.1f}"
+
+
+# ----------------------------------------------------------------------------------------
+# 1. Attention time.
+# ----------------------------------------------------------------------------------------
+
+
+def bench_attention(seqs, *, batch=8, heads=8, d_k=64, numpy_max=512, causal_at=(1024,)):
+    from attnlib.blockwise import blockwise_attend
+    from attnlib.core import attend
+
+    rows = []
+    gen = torch.Generator().manual_seed(0)
+    for n in seqs:
+        q, k, v = (torch.randn(batch, heads, n, d_k, generator=gen) for _ in range(3))
+        repeats = 5 if n <= 256 else 3 if n <= 1024 else 2
+        fns = {
+            "sdpa": lambda: F.scaled_dot_product_attention(q, k, v),
+            "attend": lambda: attend(q, k, v),
+            "blockwise": lambda: blockwise_attend(q, k, v),
+        }
+        if n <= numpy_max:
+            qn, kn, vn = q.numpy(), k.numpy(), v.numpy()
+            fns["numpy"] = lambda: attend(qn, kn, vn)
+        t = median_times(fns, repeats=repeats)
+        rows.append(
+            [
+                str(n),
+                "",
+                _ms(t["sdpa"]),
+                _ms(t["attend"]),
+                _ms(t["blockwise"]),
+                _ms(t["numpy"]) if "numpy" in t else "-",
+                f"{t['attend'] / t['sdpa']:.2f}",
+                f"{t['blockwise'] / t['attend']:.2f}",
+                f"{t['numpy'] / t['sdpa']:.1f}" if "numpy" in t else "-",
+            ]
+        )
+        if n in causal_at:
+            t = median_times(
+                {
+                    "sdpa": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                    "attend": lambda: attend(q, k, v, causal=True),
+                    "blockwise": lambda: blockwise_attend(q, k, v, causal=True),
+                },
+                repeats=repeats,
+            )
+            rows.append(
+                [
+                    str(n),
+                    "causal",
+                    _ms(t["sdpa"]),
+                    _ms(t["attend"]),
+                    _ms(t["blockwise"]),
+                    "-",
+                    f"{t['attend'] / t['sdpa']:.2f}",
+                    f"{t['blockwise'] / t['attend']:.2f}",
+                    "-",
+                ]
+            )
+        del q, k, v
+    headers = [
+        "seq",
+        "mask",
+        "sdpa ms",
+        "attend ms",
+        "blockwise ms",
+        "numpy ms",
+        "attend/sdpa",
+        "blockwise/attend",
+        "numpy/sdpa",
+    ]
+    title = f"Attention time, fp32, batch {batch} x heads {heads} x d_k {d_k} (median)"
+    return title + "\n" + _table(headers, rows)
+
+
+# ----------------------------------------------------------------------------------------
+# 2. Peak memory: explicit vs blockwise (numpy + tracemalloc, deterministic).
+# ----------------------------------------------------------------------------------------
+
+
+def bench_memory(seqs, *, d_k=64):
+    from attnlib.blockwise import blockwise_attend, explicit_attend, peak_bytes
+
+    rows = []
+    rng = np.random.default_rng(0)
+    for n in seqs:
+        q, k, v = (rng.standard_normal((1, n, d_k), dtype=np.float32) for _ in range(3))
+        explicit = peak_bytes(explicit_attend, q, k, v)
+        block = peak_bytes(blockwise_attend, q, k, v)
+        floor = n * n * 4  # one fp32 score matrix: the least an explicit path must hold
+        rows.append(
+            [
+                str(n),
+                f"{explicit / 2**20:.1f}",
+                f"{block / 2**20:.2f}",
+                f"{explicit / block:.1f}",
+                f"{floor / block:.1f}",
+            ]
+        )
+    headers = ["seq", "explicit MiB", "blockwise MiB", "explicit/blockwise", "1 score matrix/bw"]
+    title = (
+        f"Peak memory per (batch, head), fp32, d_k {d_k}, 256 x 256 tiles "
+        f"(numpy, tracemalloc; scales linearly with batch x heads)"
+    )
+    return title + "\n" + _table(headers, rows)
+
+
+# ----------------------------------------------------------------------------------------
+# 3. Decoding with and without the cache.
+# ----------------------------------------------------------------------------------------
+
+DECODER = {"vocab_size": 256, "d_model": 256, "n_heads": 8, "n_layers": 2}
+
+
+def _decode_model(config, max_len):
+    from attnlib.kv_cache import TinyDecoder
+
+    torch.manual_seed(0)
+    return TinyDecoder(**config, max_len=max_len).eval()
+
+
+@torch.no_grad()
+def bench_decoding(news, *, config=None, prompt_len=16, sample_above=256, samples=16):
+    """Tokens/s with and without the cache. Without the cache, runs longer than
+    ``sample_above`` new tokens are estimated: the cost of the step at length T is a
+    forward pass over T tokens, timed at ``samples`` evenly spaced T and interpolated."""
+    from attnlib.kv_cache import generate
+
+    config = dict(DECODER if config is None else config)
+    rows = []
+    model = _decode_model(config, prompt_len + max(news))
+    prompt = torch.randint(0, config["vocab_size"], (1, prompt_len), generator=None)
+    with num_threads(1):
+        for n in news:
+            if n <= sample_above:
+                t = median_times(
+                    {
+                        "cache": lambda: generate(model, prompt, n, use_cache=True),
+                        "full": lambda: generate(model, prompt, n, use_cache=False),
+                    },
+                    repeats=2,
+                    warmup=0,
+                )
+                t_cache, t_full, how = t["cache"], t["full"], "measured"
+                a = generate(model, prompt, n, use_cache=True).tokens
+                b = generate(model, prompt, n, use_cache=False).tokens
+                same = "yes" if torch.equal(a, b) else "NO"
+            else:
+                t_cache = median_times(
+                    {"cache": lambda: generate(model, prompt, n, use_cache=True)},
+                    repeats=1,
+                    warmup=0,
+                )["cache"]
+                lengths = np.linspace(prompt_len, prompt_len + n - 1, samples).round().astype(int)
+                gen = torch.Generator().manual_seed(1)
+                per_step = []
+                for T in lengths:
+                    toks = torch.randint(0, config["vocab_size"], (1, int(T)), generator=gen)
+                    per_step.append(median_times({"f": lambda: model(toks)}, repeats=3)["f"])
+                all_T = np.arange(prompt_len, prompt_len + n)
+                t_full = float(np.interp(all_T, lengths, per_step).sum())
+                how, same = f"full: {samples} sampled steps", "-"
+            rows.append(
+                [
+                    str(n),
+                    f"{n / t_cache:.0f}",
+                    f"{n / t_full:.1f}",
+                    f"{t_full / t_cache:.1f}",
+                    same,
+                    how,
+                ]
+            )
+    headers = ["new tokens", "cache tok/s", "no cache tok/s", "speedup", "same tokens", "how"]
+    title = (
+        f"Greedy decoding, TinyDecoder d_model {config['d_model']}, {config['n_heads']} heads, "
+        f"{config['n_layers']} layers, batch 1, prompt {prompt_len}, 1 torch thread"
+    )
+    return title + "\n" + _table(headers, rows)
+
+
+# ----------------------------------------------------------------------------------------
+# 4. The course under strict nbval (optional).
+# ----------------------------------------------------------------------------------------
+
+
+def bench_course(root: Path) -> str:
+    cmd = [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadfile"]
+    cmd += ["--durations=0", "-p", "no:randomly", "notebooks"]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - t0
+    per_nb: dict[str, float] = {}
+    for m in re.finditer(r"^\s*([\d.]+)s \w+\s+(notebooks/[\w.]+\.ipynb)", proc.stdout, re.M):
+        per_nb[m.group(2)] = per_nb.get(m.group(2), 0.0) + float(m.group(1))
+    status = "passed" if proc.returncode == 0 else f"FAILED (exit {proc.returncode})"
+    lines = [f"Course under strict nbval (-n 2 --dist loadfile): {wall:.1f} s wall, {status}"]
+    for nb, t in sorted(per_nb.items(), key=lambda kv: -kv[1])[:5]:
+        lines.append(f"  {t:6.1f} s  {nb}")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m attnlib.bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (for tests)")
+    parser.add_argument("--course", action="store_true", help="also time every lesson")
+    args = parser.parse_args(argv)
+    t0 = time.perf_counter()
+    print(machine_info(), flush=True)
+    print(flush=True)
+    if args.quick:
+        print(bench_attention((64, 128), batch=2, heads=2, numpy_max=128, causal_at=(128,)))
+        print()
+        print(bench_memory((256, 512)))
+        print()
+        config = {"vocab_size": 32, "d_model": 32, "n_heads": 4, "n_layers": 1}
+        print(bench_decoding((8, 24), config=config, prompt_len=4, sample_above=8, samples=4))
+    else:
+        print(bench_attention((128, 256, 512, 1024, 2048)), flush=True)
+        print(flush=True)
+        print(bench_memory((512, 1024, 2048, 4096)), flush=True)
+        print(flush=True)
+        print(bench_decoding((256, 1024)), flush=True)
+    if args.course:
+        print(flush=True)
+        print(bench_course(Path(__file__).resolve().parents[1]), flush=True)
+    print(f"\nbench finished in {time.perf_counter() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

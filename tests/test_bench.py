@@ -1,0 +1,49 @@
+"""`python -m attnlib.bench --quick` produces its tables (a smoke test, not a timed test)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+import torch
+
+from attnlib.bench import main, median_times, num_threads
+from tests.conftest import ROOT, project_python
+
+
+def test_quick_bench_prints_every_table(capsys):
+    assert main(["--quick"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"\d+ cores, torch [\d.]+\S* \(\d+ threads\)", out)
+    for title in ("Attention time", "Peak memory", "Greedy decoding"):
+        assert title in out
+    # attention rows for both sizes, with a ratio column filled in
+    assert re.search(r"^\s*64\s+[\d.]+\s+[\d.]+", out, re.M)
+    assert re.search(r"^\s*128\s+causal", out, re.M)
+    # memory rows: the blockwise path needs less at 512 than the explicit one
+    row = re.search(r"^\s*512\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)", out, re.M)
+    assert row and float(row.group(3)) > 1
+    assert re.search(r"^\s*8\s+\d+\s+[\d.]+\s+[\d.]+\s+yes", out, re.M)  # same tokens
+
+
+@pytest.mark.slow
+def test_module_runs_as_a_script():
+    proc = subprocess.run(
+        [project_python(), "-m", "attnlib.bench", "--help"],
+        cwd=ROOT, capture_output=True, text=True, check=False, timeout=120,
+    )
+    assert proc.returncode == 0 and "--quick" in proc.stdout
+
+
+def test_median_times_runs_interleaved_and_num_threads_restores():
+    calls = []
+    t = median_times({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, repeats=3)
+    assert calls == ["a", "b"] * 4  # one warm-up round, then 3 timed rounds, interleaved
+    assert set(t) == {"a", "b"} and all(v >= 0 for v in t.values())
+    before = torch.get_num_threads()
+    with num_threads(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with pytest.raises(ValueError, match="repeats"):
+        median_times({"a": lambda: None}, repeats=0)

@@ -1,0 +1,182 @@
+"""KVCache, kv_cache_bytes, grouped_attend and the tiny decoder (lesson 10).
+
+Oracles: torch's scaled_dot_product_attention (with enable_gqa=True for shared keys), and
+full recomputation of the whole sequence for cached decoding, in fp64 and fp32.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.nn import functional as F
+
+import attnlib
+from attnlib.kv_cache import KVCache, TinyDecoder, generate, grouped_attend, kv_cache_bytes
+
+
+def _rand(*shape, seed=0, dtype=torch.float64):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+
+# ---- KVCache ------------------------------------------------------------------------------
+
+
+def test_append_returns_everything_cached_in_order_and_grows():
+    cache = KVCache(batch=2, n_kv_heads=3, d_k=4, d_v=5, max_len=2, dtype=torch.float64)
+    ks, vs = [], []
+    for i, n in enumerate((1, 3, 2)):  # 6 positions: more than max_len, so it must grow
+        k, v = _rand(2, 3, n, 4, seed=i), _rand(2, 3, n, 5, seed=10 + i)
+        ks.append(k)
+        vs.append(v)
+        k_all, v_all = cache.append(k, v)
+    assert cache.length == len(cache) == 6 and cache.capacity >= 6
+    assert torch.equal(k_all, torch.cat(ks, 2)) and torch.equal(v_all, torch.cat(vs, 2))
+    r_k, r_v = cache.read()
+    assert torch.equal(r_k, k_all) and torch.equal(r_v, v_all)
+
+
+def test_nbytes_is_the_storage_actually_held():
+    cache = KVCache(batch=1, n_kv_heads=2, d_k=8, max_len=10)
+    assert cache.nbytes == 2 * (1 * 2 * 10 * 8 * 4)  # keys + values, fp32
+    cache.append(torch.zeros(1, 2, 11, 8), torch.zeros(1, 2, 11, 8))
+    assert cache.nbytes == 2 * (1 * 2 * 20 * 8 * 4)  # doubled capacity
+
+
+@pytest.mark.parametrize(
+    ("n_layers", "batch", "n_heads", "n_kv_heads", "seq"),
+    [(1, 1, 4, 4, 17), (2, 3, 8, 2, 40), (3, 2, 8, 1, 9)],
+)
+def test_formula_matches_the_bytes_of_a_filled_cache(n_layers, batch, n_heads, n_kv_heads, seq):
+    model = TinyDecoder(
+        vocab_size=11, d_model=32, n_heads=n_heads, n_kv_heads=n_kv_heads, n_layers=n_layers
+    )
+    caches = model.new_caches(batch, seq)
+    model(torch.zeros(batch, seq, dtype=torch.long), caches)
+    measured = sum(c.nbytes for c in caches)
+    d_k = 32 // n_heads
+    want = kv_cache_bytes(
+        n_layers=n_layers, batch=batch, n_kv_heads=n_kv_heads, seq=seq, d_k=d_k
+    )
+    assert measured == want == n_layers * batch * n_kv_heads * seq * 2 * d_k * 4
+    assert all(c.length == seq for c in caches)
+
+
+def test_cache_errors_name_the_argument_and_shapes():
+    cache = KVCache(batch=1, n_kv_heads=2, d_k=4)
+    with pytest.raises(ValueError, match=r"k has shape \(1, 3, 1, 4\)"):
+        cache.append(torch.zeros(1, 3, 1, 4), torch.zeros(1, 3, 1, 4))
+    with pytest.raises(TypeError, match="dtype torch.float64"):
+        cache.append(torch.zeros(1, 2, 1, 4, dtype=torch.float64), torch.zeros(1, 2, 1, 4))
+    with pytest.raises(ValueError, match="seq_new"):
+        cache.append(torch.zeros(1, 2, 2, 4), torch.zeros(1, 2, 1, 4))
+    with pytest.raises(ValueError, match="batch must be >= 1"):
+        KVCache(batch=0, n_kv_heads=1, d_k=4)
+
+
+# ---- grouped keys ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n_kv", [1, 2, 4, 8])
+@pytest.mark.parametrize("causal", [False, True])
+def test_grouped_attend_matches_sdpa_enable_gqa(n_kv, causal):
+    q, k, v = _rand(2, 8, 5, 6, seed=1), _rand(2, n_kv, 5, 6, seed=2), _rand(2, n_kv, 5, 3, seed=3)
+    out, w = grouped_attend(q, k, v, causal=causal)
+    want = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+    torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(w.sum(-1), torch.ones(2, 8, 5, dtype=torch.float64))
+
+
+def test_grouped_attend_bottom_right_causal_matches_sdpa_with_a_mask():
+    q, k, v = _rand(1, 4, 3, 8, seed=4), _rand(1, 2, 7, 8, seed=5), _rand(1, 2, 7, 8, seed=6)
+    out, _ = grouped_attend(q, k, v, causal=True)
+    mask = torch.ones(3, 7, dtype=torch.bool).tril(diagonal=4)  # query i sees keys 0..4+i
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+    torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
+
+
+def test_groups_equal_to_heads_is_ordinary_multi_head_attention():
+    q, k, v = _rand(2, 4, 6, 8, seed=7), _rand(2, 4, 6, 8, seed=8), _rand(2, 4, 6, 8, seed=9)
+    out, w = grouped_attend(q, k, v, causal=True)
+    want, want_w = attnlib.attend(q, k, v, causal=True)
+    torch.testing.assert_close(out, want, rtol=0, atol=1e-14)
+    torch.testing.assert_close(w, want_w, rtol=0, atol=1e-14)
+
+
+def test_grouped_attend_equals_attend_with_repeated_keys():
+    q, k, v = _rand(1, 6, 4, 8, seed=10), _rand(1, 2, 4, 8, seed=11), _rand(1, 2, 4, 8, seed=12)
+    out, _ = grouped_attend(q, k, v)
+    want, _ = attnlib.attend(q, k.repeat_interleave(3, 1), v.repeat_interleave(3, 1))
+    torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
+
+
+def test_grouped_attend_refuses_heads_that_do_not_divide():
+    with pytest.raises(ValueError, match="n_heads=6.*n_kv_heads=4"):
+        grouped_attend(_rand(1, 6, 2, 4), _rand(1, 4, 2, 4), _rand(1, 4, 2, 4))
+
+
+# ---- decoding -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n_kv_heads", [4, 2, 1])  # MHA, GQA, MQA
+def test_cached_decoding_equals_full_recomputation_fp64(n_kv_heads):
+    torch.manual_seed(0)
+    model = TinyDecoder(vocab_size=13, d_model=32, n_heads=4, n_kv_heads=n_kv_heads).double()
+    prompt = torch.randint(0, 13, (2, 5))
+    a = generate(model, prompt, 12, use_cache=True)
+    b = generate(model, prompt, 12, use_cache=False)
+    assert torch.equal(a.tokens, b.tokens)
+    torch.testing.assert_close(a.logits, b.logits, rtol=0, atol=1e-10)
+    assert a.caches[0].length == 5 + 12 - 1  # the last token is chosen, never fed
+    assert b.caches is None
+
+
+def test_cached_decoding_fp32_tokens_identical_logits_close():
+    torch.manual_seed(1)
+    model = TinyDecoder(vocab_size=50, d_model=64, n_heads=4, n_kv_heads=2)
+    prompt = torch.randint(0, 50, (1, 8))
+    a = generate(model, prompt, 40, use_cache=True)
+    b = generate(model, prompt, 40, use_cache=False)
+    assert torch.equal(a.tokens, b.tokens)
+    torch.testing.assert_close(a.logits, b.logits, rtol=1e-4, atol=1e-4)
+    assert not torch.equal(a.tokens[:, 8:], a.tokens[:, 8:].roll(1, 1))  # not a constant run
+
+
+def test_cache_filled_in_chunks_equals_one_forward_pass():
+    torch.manual_seed(2)
+    model = TinyDecoder(vocab_size=13, d_model=32, n_heads=4, n_kv_heads=2).double()
+    tokens = torch.randint(0, 13, (2, 11))
+    full = model(tokens)
+    caches = model.new_caches(2, 4)  # too small on purpose: the caches grow
+    parts = [model(tokens[:, i:j], caches) for i, j in ((0, 3), (3, 4), (4, 11))]
+    torch.testing.assert_close(torch.cat(parts, 1), full, rtol=0, atol=1e-10)
+
+
+def test_sdpa_and_attnlib_attention_give_the_same_model():
+    torch.manual_seed(3)
+    model = TinyDecoder(vocab_size=13, d_model=32, n_heads=4, n_kv_heads=1).double()
+    tokens = torch.randint(0, 13, (2, 9))
+    fast = model(tokens)
+    for block in model.blocks:
+        block.attn.use_sdpa = False
+    torch.testing.assert_close(model(tokens), fast, rtol=0, atol=1e-12)
+
+
+def test_the_cache_actually_changes_the_output():
+    """Guards against a decoder that silently ignores its cache."""
+    torch.manual_seed(4)
+    model = TinyDecoder(vocab_size=13, d_model=32, n_heads=4).double()
+    caches = model.new_caches(1, 8)
+    model(torch.tensor([[1, 2, 3]]), caches)
+    with_past = model(torch.tensor([[4]]), caches)
+    without = model(torch.tensor([[4]]))
+    assert (with_past - without).abs().max() > 1e-3
+
+
+def test_generate_errors_and_edge_cases():
+    model = TinyDecoder(vocab_size=7, d_model=16, n_heads=2, max_len=6)
+    g = generate(model, torch.tensor([[1, 2]]), 0)
+    assert g.tokens.tolist() == [[1, 2]] and g.logits.shape == (1, 0, 7)
+    with pytest.raises(ValueError, match="prompt must be"):
+        generate(model, torch.tensor([1, 2]), 3)
+    with pytest.raises(ValueError, match="exceeds max_len=6"):
+        generate(model, torch.tensor([[1, 2]]), 10, use_cache=False)
