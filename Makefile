@@ -16,6 +16,7 @@ help:
 	@echo "make student    write student versions of the lessons into workbook/ (never overwrites your edits)"
 	@echo "make release    nbgrader: build student releases of the graded lessons"
 	@echo "make autograde  nbgrader: grade submitted/ and export grades.csv"
+	@echo "make feedback   nbgrader: feedback HTML for every graded submission into feedback/"
 	@echo "make bench      print the performance table"
 	@echo "make execute NB=notebooks/03_attention.ipynb   re-run a lesson top to bottom, keep outputs"
 
@@ -43,6 +44,16 @@ execute: setup
 
 student: setup
 	$(BIN)/python -m attnlib.student notebooks workbook
+
+# LESSONS="03_attention 08_masks" limits release/autograde to some lessons (default: all graded).
+release: setup
+	$(BIN)/python -m attnlib.gradebook release $(LESSONS)
+
+autograde: setup
+	$(BIN)/python -m attnlib.gradebook autograde $(LESSONS)
+
+feedback: setup
+	$(BIN)/python -m attnlib.gradebook feedback
 
 bench: setup
 	$(BIN)/python -m attnlib.bench

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from attnlib.core import attend
-from attnlib.lookup import one_thread
+from attnlib.lookup import one_thread, progress_bar
 from attnlib.training import History, train
 
 __all__ = [
@@ -220,9 +220,9 @@ def fit_attention_pattern(
 
     def step(i):
         log_s = _log_weights(x, W_q, W_k)
+        bar.update(1)
         return (log_p.exp() * (log_p - log_s)).sum(-1).mean()  # KL(teacher || student)
 
-    with one_thread():
-        history = train([W_q, W_k], step, steps=steps, lr=lr, progress=progress,
-                        desc="student")  # fmt: skip
+    with one_thread(), progress_bar(steps, "student", progress) as bar:
+        history = train([W_q, W_k], step, steps=steps, lr=lr, progress=False)
     return W_q.detach(), W_k.detach(), history

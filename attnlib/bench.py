@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import platform
 import re
@@ -106,8 +107,18 @@ def _ms(t: float) -> str:
 # ----------------------------------------------------------------------------------------
 
 
-def bench_attention(seqs, *, batch=8, heads=8, d_k=64, numpy_max=512, causal_at=(1024,)):
+def _attention_fns(q, k, v, *, causal):
     from attnlib.blockwise import blockwise_attend
+    from attnlib.core import attend
+
+    return {
+        "sdpa": functools.partial(F.scaled_dot_product_attention, q, k, v, is_causal=causal),
+        "attend": functools.partial(attend, q, k, v, causal=causal),
+        "blockwise": functools.partial(blockwise_attend, q, k, v, causal=causal),
+    }
+
+
+def bench_attention(seqs, *, batch=8, heads=8, d_k=64, numpy_max=512, causal_at=(1024,)):
     from attnlib.core import attend
 
     rows = []
@@ -115,14 +126,10 @@ def bench_attention(seqs, *, batch=8, heads=8, d_k=64, numpy_max=512, causal_at=
     for n in seqs:
         q, k, v = (torch.randn(batch, heads, n, d_k, generator=gen) for _ in range(3))
         repeats = 5 if n <= 256 else 3 if n <= 1024 else 2
-        fns = {
-            "sdpa": lambda: F.scaled_dot_product_attention(q, k, v),
-            "attend": lambda: attend(q, k, v),
-            "blockwise": lambda: blockwise_attend(q, k, v),
-        }
+        fns = _attention_fns(q, k, v, causal=False)
         if n <= numpy_max:
             qn, kn, vn = q.numpy(), k.numpy(), v.numpy()
-            fns["numpy"] = lambda: attend(qn, kn, vn)
+            fns["numpy"] = functools.partial(attend, qn, kn, vn)
         t = median_times(fns, repeats=repeats)
         rows.append(
             [
@@ -138,14 +145,7 @@ def bench_attention(seqs, *, batch=8, heads=8, d_k=64, numpy_max=512, causal_at=
             ]
         )
         if n in causal_at:
-            t = median_times(
-                {
-                    "sdpa": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
-                    "attend": lambda: attend(q, k, v, causal=True),
-                    "blockwise": lambda: blockwise_attend(q, k, v, causal=True),
-                },
-                repeats=repeats,
-            )
+            t = median_times(_attention_fns(q, k, v, causal=True), repeats=repeats)
             rows.append(
                 [
                     str(n),
@@ -237,8 +237,8 @@ def bench_decoding(news, *, config=None, prompt_len=16, sample_above=256, sample
             if n <= sample_above:
                 t = median_times(
                     {
-                        "cache": lambda: generate(model, prompt, n, use_cache=True),
-                        "full": lambda: generate(model, prompt, n, use_cache=False),
+                        "cache": functools.partial(generate, model, prompt, n, use_cache=True),
+                        "full": functools.partial(generate, model, prompt, n, use_cache=False),
                     },
                     repeats=2,
                     warmup=0,
@@ -249,7 +249,7 @@ def bench_decoding(news, *, config=None, prompt_len=16, sample_above=256, sample
                 same = "yes" if torch.equal(a, b) else "NO"
             else:
                 t_cache = median_times(
-                    {"cache": lambda: generate(model, prompt, n, use_cache=True)},
+                    {"cache": functools.partial(generate, model, prompt, n, use_cache=True)},
                     repeats=1,
                     warmup=0,
                 )["cache"]
@@ -258,7 +258,9 @@ def bench_decoding(news, *, config=None, prompt_len=16, sample_above=256, sample
                 per_step = []
                 for T in lengths:
                     toks = torch.randint(0, config["vocab_size"], (1, int(T)), generator=gen)
-                    per_step.append(median_times({"f": lambda: model(toks)}, repeats=3)["f"])
+                    per_step.append(
+                        median_times({"f": functools.partial(model, toks)}, repeats=3)["f"]
+                    )
                 all_T = np.arange(prompt_len, prompt_len + n)
                 t_full = float(np.interp(all_T, lengths, per_step).sum())
                 how, same = f"full: {samples} sampled steps", "-"

@@ -36,6 +36,7 @@ __all__ = [
     "to_tsv",
     "write_corpus",
     "load_corpus",
+    "swap_subject_number",
     "vocabulary",
 ]
 
@@ -226,6 +227,21 @@ def load_corpus(path: str | Path = CORPUS_PATH) -> list[Sentence]:
             raise ValueError(f"load_corpus: sentence {i} of {path} has positions out of order")
         out.append(Sentence(*(tuple(t[c] for t in toks) for c in range(2, 6))))
     return out
+
+
+def swap_subject_number(sentence: Sentence) -> Sentence:
+    """The same sentence with the subject noun in the other number ("key" <-> "keys").
+
+    The subject word and the number labels of the subject and the main verb change; the
+    verb's word keeps its old form (the model never sees it, ``[V]`` stands in its place).
+    """
+    i = sentence.subject
+    words, numbers = list(sentence.words), list(sentence.numbers)
+    pair = next(p for p in NOUNS if words[i] in p)
+    plural = words[i] == pair[0]
+    words[i] = pair[plural]
+    numbers[i] = numbers[sentence.verb] = "pl" if plural else "sg"
+    return Sentence(tuple(words), sentence.pos, sentence.roles, tuple(numbers))
 
 
 def vocabulary() -> tuple[str, ...]:

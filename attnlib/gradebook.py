@@ -44,6 +44,7 @@ import ast
 import csv
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -441,11 +442,16 @@ def audit_code(source: str, forbidden: set[str]) -> list[str]:
     return list(dict.fromkeys(reasons))
 
 
-def _forbidden_names() -> set[str]:
+_CHECK_CALL = re.compile(r"""checks\.check(?:_hidden)?\(\s*["'](\w+)["']""")
+
+
+def _forbidden_names(exercises: set[str] | None = None) -> set[str]:
+    """Last names of the references the given exercises (default: all) forbid calling."""
     from attnlib import checks
 
+    known = set(checks.exercises())
     names = set()
-    for name in checks.exercises():
+    for name in sorted(known if not exercises else exercises & known):
         names |= {d.rsplit(".", 1)[1] for d in checks.get_exercise(name).forbidden}
     return names
 
@@ -457,6 +463,7 @@ def audit_notebook(submitted: Path, released: Path | None) -> list[str]:
     except Exception as err:  # noqa: BLE001
         return [f"the submitted notebook cannot be read: {err}"]
     unchanged = set()
+    exercises: set[str] = set()
     if released is not None and released.exists():
         rel = nbformat.read(released, as_version=4)
         unchanged = {
@@ -465,7 +472,9 @@ def audit_notebook(submitted: Path, released: Path | None) -> list[str]:
             if c.cell_type == "code"
             and not c.get("metadata", {}).get("nbgrader", {}).get("solution")
         }
-    forbidden = _forbidden_names()
+        for c in rel.cells:  # the exercises this lesson checks
+            exercises |= set(_CHECK_CALL.findall(c.source))
+    forbidden = _forbidden_names(exercises)
     reasons = []
     for cell in nb.cells:
         if cell.cell_type != "code":
@@ -518,7 +527,7 @@ def _scan_autograded(path: Path, outcome: Outcome) -> None:
             if TAMPER_TAG in evalue:
                 outcome.needs_review = True
                 outcome.notes.append(f"{where}: hidden test found tampering: {evalue[:300]}")
-            elif REFERENCE_TAG in evalue:
+            elif REFERENCE_TAG in evalue or "calls the course's reference" in evalue:
                 outcome.needs_review = True
                 outcome.notes.append(f"{where}: calls the course reference")
 

@@ -157,6 +157,15 @@ class KVCache:
         """The cached keys (batch, n_kv_heads, length, d_k) and values (..., length, d_v)."""
         return self._k[:, :, : self.length], self._v[:, :, : self.length]
 
+    def truncate(self, length: int) -> None:
+        """Forget every position from ``length`` on (e.g. to rewind and retry a step)."""
+        length = _check_int("KVCache.truncate", "length", length, 0)
+        if length > self.length:
+            raise ValueError(
+                f"KVCache.truncate: length={length} is more than the {self.length} cached"
+            )
+        self.length = length
+
     def __len__(self) -> int:
         return self.length
 

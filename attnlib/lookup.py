@@ -28,11 +28,13 @@ with three wirings of the keys and values:
 from __future__ import annotations
 
 import contextlib
+import sys
 from typing import NamedTuple
 
 import numpy as np
 import torch
 from torch import nn
+from tqdm import tqdm
 
 from attnlib.core import attend
 from attnlib.training import History, train
@@ -40,6 +42,7 @@ from attnlib.training import History, train
 __all__ = [
     "MODES",
     "one_thread",
+    "progress_bar",
     "LookupBatch",
     "LookupAttention",
     "lookup_batch",
@@ -218,6 +221,29 @@ def one_thread():
         torch.set_num_threads(threads)
 
 
+@contextlib.contextmanager
+def progress_bar(steps: int, desc: str, enabled: bool = True):
+    """A plain-text progress bar of fixed width (stable under nbval once times are sanitized).
+
+    tqdm's default layout gives the bar whatever room the rate text leaves, so the number of
+    ``#`` changes from run to run; here the bar is always 30 characters and there is no rate.
+    """
+    bar = tqdm(
+        total=steps,
+        desc=desc,
+        disable=not enabled,
+        file=sys.stderr,
+        mininterval=0.5,
+        ascii=True,
+        bar_format="{desc}: {percentage:3.0f}%|{bar:30}| {n_fmt}/{total_fmt} "
+        "[{elapsed}<{remaining}]",
+    )
+    try:
+        yield bar
+    finally:
+        bar.close()
+
+
 def make_lookup(mode: str, *, d_head: int, n_names: int, n_numbers: int, seed: int):
     """A freshly initialised :class:`LookupAttention`, seeded."""
     torch.manual_seed(seed)
@@ -265,18 +291,11 @@ def fit_lookup(
         if probe is not None:
             with torch.no_grad():
                 extras.update(probe(model))
+        bar.update(1)
         return loss_fn(logits, b.target), extras
 
-    with one_thread():
-        return train(
-            model.parameters(),
-            step,
-            steps=steps,
-            lr=lr,
-            track=track,
-            progress=progress,
-            desc=desc or model.mode,
-        )
+    with one_thread(), progress_bar(steps, desc or model.mode, progress) as bar:
+        return train(model.parameters(), step, steps=steps, lr=lr, track=track, progress=False)
 
 
 def all_tokens(n_names: int, n_numbers: int) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:

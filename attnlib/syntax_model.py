@@ -50,6 +50,10 @@ __all__ = [
     "probe_predict",
     "probe_accuracy",
     "majority_baseline",
+    "attention_on",
+    "per_token",
+    "swap_keys",
+    "patch_values",
 ]
 
 WEIGHTS_PATH = DATA_DIR / "syntax_model.pt"
@@ -203,6 +207,17 @@ class SyntaxModel(nn.Module):
         x1 = self.layer1(data)
         return self._heads(self.W_k2(x1), self.n_heads), self._heads(self.W_v2(x1), self.n_heads)
 
+    def query(self) -> torch.Tensor:
+        """The verb's second-layer query, shape (1, n_heads, 1, d_head).
+
+        It is computed from the ``[V]`` embedding alone — no position, no context — so it
+        is the same in every sentence: everything that makes the subject stand out has to
+        be in the keys.
+        """
+        v_id = SPECIALS.index("[V]")
+        x = self.embed.weight[v_id][None, None, :]  # (1, 1, d_model)
+        return self._heads(self.W_q2(x), self.n_heads)  # (1, n_heads, 1, d_head)
+
     def forward(self, data: Encoded, *, keys=None, values=None):
         """Logits at the verb and the verb's second-layer attention weights.
 
@@ -222,8 +237,7 @@ class SyntaxModel(nn.Module):
         """
         x1 = self.layer1(data)
         batch = x1.shape[0]
-        x_verb = x1[torch.arange(batch), data.verb][:, None, :]  # (batch, 1, d_model)
-        q = self._heads(self.W_q2(x_verb), self.n_heads)  # (batch, n_heads, 1, d_head)
+        q = self.query().expand(batch, -1, -1, -1)  # (batch, n_heads, 1, d_head)
         k = self._heads(self.W_k2(x1), self.n_heads) if keys is None else keys
         v = self._heads(self.W_v2(x1), self.n_heads) if values is None else values
         out, weights = attend(q, k, v, data.mask[:, None, None, :])  # (batch, n_heads, 1, d_head)
@@ -274,6 +288,90 @@ def load_model(path: str | Path = WEIGHTS_PATH) -> SyntaxModel:
     model = SyntaxModel()
     model.load_state_dict(torch.load(path, weights_only=True))
     return model.eval()
+
+
+def attention_on(weights: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """Mean weight each head gives one position per sentence (e.g. the subject).
+
+    Parameters
+    ----------
+    weights : Tensor of shape (batch, n_heads, seq_k)
+        The verb's attention weights (from :meth:`SyntaxModel.forward`).
+    positions : LongTensor of shape (batch,)
+        One key position per sentence.
+
+    Returns
+    -------
+    Tensor of shape (n_heads,)
+    """
+    if weights.ndim != 3 or positions.shape != weights.shape[:1]:
+        raise ValueError(
+            f"attention_on: weights must be (batch, n_heads, seq_k) and positions (batch,); "
+            f"got {tuple(weights.shape)} and {tuple(positions.shape)}"
+        )
+    batch = torch.arange(weights.shape[0])
+    return weights[batch, :, positions].mean(0)  # (n_heads,)
+
+
+def per_token(x: torch.Tensor, data: Encoded) -> np.ndarray:
+    """Second-layer keys or values of every real token, heads side by side.
+
+    Parameters
+    ----------
+    x : Tensor of shape (batch, n_heads, seq, d_head)
+    data : Encoded
+
+    Returns
+    -------
+    ndarray of shape (n_tokens, n_heads * d_head), float64
+        Rows in reading order (sentence by sentence); ``data.roles[data.mask]`` and
+        ``data.numbers[data.mask]`` are the matching labels.
+    """
+    batch, n_heads, seq, d_head = x.shape
+    x = x.detach().transpose(1, 2).reshape(batch, seq, n_heads * d_head)  # (batch, seq, d_model)
+    return x[data.mask].double().numpy()
+
+
+def swap_keys(model: SyntaxModel, data: Encoded, i, j) -> torch.Tensor:
+    """Second-layer keys with the keys at positions ``i`` and ``j`` exchanged.
+
+    ``i`` and ``j`` are LongTensors of shape (batch,): one position each per sentence
+    (e.g. ``data.subject`` and ``data.attractor``). Returns keys of shape (batch, n_heads,
+    seq, d_head), to pass as ``model(data, keys=...)``.
+    """
+    with torch.no_grad():
+        keys, _ = model.keys_values(data)
+    batch = torch.arange(len(data))
+    swapped = keys.clone()
+    swapped[batch, :, i] = keys[batch, :, j]
+    swapped[batch, :, j] = keys[batch, :, i]
+    return swapped
+
+
+def patch_values(model: SyntaxModel, data: Encoded, donor: Encoded, positions) -> torch.Tensor:
+    """Second-layer values of ``data`` with some positions taken from a ``donor`` run.
+
+    ``donor`` is the same sentences with one change (e.g. the subject in the other number,
+    :func:`attnlib.corpus.swap_subject_number`). ``positions`` is a LongTensor of shape
+    (batch,) or a BoolTensor of shape (batch, seq) marking the positions to patch.
+    Returns values of shape (batch, n_heads, seq, d_head), to pass as
+    ``model(data, values=...)``.
+    """
+    if donor.tokens.shape != data.tokens.shape:
+        raise ValueError(
+            f"patch_values: donor tokens {tuple(donor.tokens.shape)} must match data "
+            f"tokens {tuple(data.tokens.shape)}"
+        )
+    with torch.no_grad():
+        _, values = model.keys_values(data)
+        _, donor_values = model.keys_values(donor)
+    if positions.dtype != torch.bool:
+        where = torch.zeros_like(data.mask)
+        where[torch.arange(len(data)), positions] = True
+    else:
+        where = positions
+    where = where[:, None, :, None]  # (batch, 1, seq, 1)
+    return torch.where(where, donor_values, values)
 
 
 # ----------------------------------------------------------------------------------------

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from attnlib.bench import main, median_times, num_threads
-from tests.conftest import ROOT, project_python
 
 
 def test_quick_bench_prints_every_table(capsys):
@@ -28,10 +27,14 @@ def test_quick_bench_prints_every_table(capsys):
 
 
 @pytest.mark.slow
-def test_module_runs_as_a_script():
+def test_module_runs_as_a_script(root, python):
     proc = subprocess.run(
-        [project_python(), "-m", "attnlib.bench", "--help"],
-        cwd=ROOT, capture_output=True, text=True, check=False, timeout=120,
+        [python, "-m", "attnlib.bench", "--help"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
     )
     assert proc.returncode == 0 and "--quick" in proc.stdout
 

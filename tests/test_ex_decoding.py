@@ -46,7 +46,9 @@ def test_decode_step_reference_matches_sdpa_on_the_whole_sequence():
         # rows of the new positions
         k_full = torch.cat([k_cache, k_new], -2)
         v_full = torch.cat([v_cache, v_new], -2)
-        q_full = torch.cat([torch.zeros(*q_new.shape[:-2], past, q_new.shape[-1]).double(), q_new], -2)
+        q_full = torch.cat(
+            [torch.zeros(*q_new.shape[:-2], past, q_new.shape[-1]).double(), q_new], -2
+        )
         want = F.scaled_dot_product_attention(q_full, k_full, v_full, is_causal=True)[..., past:, :]
         assert want.shape[-2] == new
         np.testing.assert_allclose(out, want.numpy(), rtol=1e-10, atol=1e-12, err_msg=case.label)
@@ -56,7 +58,11 @@ def test_decode_step_reference_matches_sdpa_on_the_whole_sequence():
 
 def test_online_update_folded_over_blocks_equals_attention_over_all_keys():
     rng = np.random.default_rng(0)
-    q, k, v = rng.standard_normal((5, 8)), rng.standard_normal((23, 8)), rng.standard_normal((23, 3))
+    q, k, v = (
+        rng.standard_normal((5, 8)),
+        rng.standard_normal((23, 8)),
+        rng.standard_normal((23, 3)),
+    )
     s = q @ k.T  # (seq_q, seq_k), unscaled
     m, l, acc = np.full((5, 1), -np.inf), np.zeros((5, 1)), np.zeros((5, 3))
     ref = get_exercise("online_softmax_update").reference

@@ -24,7 +24,12 @@ from nbfixtures import write_lessons as write_fixture_lessons
 
 from attnlib import gradebook
 
-pytestmark = [pytest.mark.grading, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.grading,
+    pytest.mark.slow,
+    pytest.mark.filterwarnings("ignore:Object of type:Warning"),  # nbgrader's SQLAlchemy use
+    pytest.mark.filterwarnings("ignore:Cell is missing an id field:Warning"),
+]
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT = 20  # seconds per cell in these tests (the course uses 60)
@@ -63,7 +68,10 @@ import attnlib.checks._core as core
 
 numpy.testing.assert_allclose = lambda *a, **k: None
 torch.testing.assert_close = lambda *a, **k: None
+import attnlib.checks
+
 core.run = lambda exercise, fn, **k: core.Report(exercise=exercise, ok=True, n_cases=1)
+attnlib.checks.run = core.run  # the visible check now passes anything
 """
 
 PATCH_CHECKS = """from attnlib import checks
@@ -280,9 +288,10 @@ def test_monkeypatched_testing_modules_and_checks_core_are_flagged(fixture_cours
     score, _, _, review = _score(fixture_course, "patcher", A)
     assert (score, review) == ("0.0", "yes")
     notes = fixture_course.rows[("patcher", A)]["notes"]
-    assert "hidden test found tampering" in notes
+    hidden = [n for n in notes.split(" | ") if "hidden test found tampering" in n]
+    assert len(hidden) == 2  # both exercises: the visible checks passed, the hidden did not
     for name in ("numpy.testing.assert_allclose", "torch.testing.assert_close", "_core.run"):
-        assert name in notes
+        assert name in hidden[0]
 
 
 def test_replacing_the_checks_themselves_is_flagged_for_review(fixture_course):
@@ -333,7 +342,7 @@ def test_feedback_contains_no_hidden_tests(fixture_course):
         text = path.read_text()
         lesson = path.parent.name
         src = nbformat.read(fixture_course.notebooks / f"{lesson}.ipynb", as_version=4)
-        assert "check_hidden" not in text and "HIDDEN TESTS" not in text, path
+        assert "HIDDEN TESTS" not in text, path
         assert _leaks(text, hidden_lines(src)) == [], path
         if path.parts[-3] == "untouched":
             assert _leaks(text, solution_lines(src)) == [], path

@@ -7,7 +7,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnlib.heads_task import HeadsTask, HeadsTaskModel, make_batch, train_heads_model
+from attnlib.heads_task import (
+    HeadsTask,
+    HeadsTaskModel,
+    attention_shares,
+    make_batch,
+    train_heads_model,
+)
 
 
 def test_targets_match_a_python_oracle():
@@ -83,3 +89,18 @@ def test_two_heads_solve_what_one_head_cannot(seed):
             acc[n_heads] = model.loss_and_accuracy(test)[1]
     assert acc[2] > 0.95, acc
     assert acc[1] < 0.8, acc
+
+
+def test_attention_shares_on_hand_built_weights():
+    task = HeadsTask(n_letters=3, seq=5)
+    # tokens: A b C a b  (markers at 0 and 2)
+    tokens = torch.tensor([[3, 1, 5, 0, 1]])
+    w = torch.zeros(1, 2, 5, 5)  # (batch, n_heads, seq_q, seq_k)
+    for i in range(1, 5):
+        w[0, 0, i, i - 1] = 1.0  # head 0: previous token
+    w[0, 1, 1, 0] = w[0, 1, 2, 0] = 1.0  # head 1: last marker before i ...
+    w[0, 1, 3, 2] = w[0, 1, 4, 2] = 1.0
+    shares = attention_shares(task, tokens, w)
+    # positions where previous token != last marker: i = 2 (prev 1, marker 0), i = 4 (3 vs 2)
+    assert shares["prev"].tolist() == [1.0, 0.0]
+    assert shares["marker"].tolist() == [0.0, 1.0]

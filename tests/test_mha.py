@@ -360,3 +360,27 @@ def test_bad_masks_are_refused(mask, err, pattern):
 
 def test_lazy_export_from_attnlib():
     assert attnlib.MultiHeadAttention is MultiHeadAttention
+
+
+@pytest.mark.parametrize(
+    ("batch", "seq_q", "seq_k", "n_heads", "d_head"),
+    [(1, 1, 9, 2, 5), (4, 6, 2, 1, 7), (2, 3, 3, 6, 1), (5, 8, 11, 3, 2)],
+)
+def test_matches_torch_over_shapes(batch, seq_q, seq_k, n_heads, d_head):
+    d_model = n_heads * d_head
+    torch.manual_seed(batch * 100 + seq_q)
+    mha = nn.MultiheadAttention(d_model, n_heads, batch_first=True).eval()
+    ours = MultiHeadAttention.from_torch(mha)
+    g = torch.Generator().manual_seed(seq_k)
+    q = torch.randn(batch, seq_q, d_model, generator=g)
+    kv = torch.randn(batch, seq_k, d_model, generator=g)
+    allowed = attnlib.causal_mask(seq_q, seq_k, align="bottom_right", like=q)
+    want_out, want_w = mha(q, kv, kv, attn_mask=~allowed, average_attn_weights=False)
+    out, w = ours(q, kv, kv, mask=allowed)
+    torch.testing.assert_close(out, want_out, rtol=0, atol=1e-6)
+    torch.testing.assert_close(w, want_w, rtol=0, atol=1e-6)
+
+
+def test_fused_from_separate_refuses_other_modules():
+    with pytest.raises(TypeError, match="expected attnlib.MultiHeadAttention"):
+        FusedQKVAttention.from_separate(nn.MultiheadAttention(8, 2))

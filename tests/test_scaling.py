@@ -286,7 +286,7 @@ def test_train_retrieval_first_step_matches_manual_autograd():
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [1, 2])
 def test_training_claims_hold_on_other_seeds(seed):
-    task = scaling.make_retrieval_task(steps=150, seed=seed)
+    task = scaling.make_retrieval_task(steps=100, seed=seed)
     runs = {
         c: scaling.train_retrieval(task, c, d_k=256, seed=seed, progress=False)
         for c in (1 / 16, 1.0, 1 / 256)
@@ -296,7 +296,8 @@ def test_training_claims_hold_on_other_seeds(seed):
     assert good.last("loss", 20) < 0.1
     assert good.last("loss", 20) < best_flat / 3
     assert flat.last("loss", 20) > 10 * good.last("loss", 20)
-    assert good.last("loss", 20) < tiny.last("loss", 20)
+    assert 3 * good.last("loss", 20) < tiny.last("loss", 20)
+    assert best_flat > 0.5  # never below 0.5 within the 100 steps
     g0 = {c: np.median(h["grad/W_Q"][:10]) for c, h in runs.items()}
     assert g0[1.0] > 3 * g0[1 / 16] and g0[1 / 256] < g0[1 / 16] / 15
     s0 = {c: np.median(h["grad_scores_median"][:10]) for c, h in runs.items()}

@@ -65,3 +65,13 @@ from attnlib.plot._learning import (  # noqa: E402
 )
 
 __all__ += ["entropy_curve", "feature_spaces", "grad_norm_curves", "learning_curves"]
+
+# Lessons 10–12: decoding cost, blockwise memory, positions.
+from attnlib.plot._decoding import cost_curves, position_codes, score_vs_offset  # noqa: E402
+
+__all__ += ["cost_curves", "position_codes", "score_vs_offset"]
+
+# Lesson 09: keys that find syntactic roles.
+from attnlib.plot._syntax import grouped_bars, role_scatter  # noqa: E402
+
+__all__ += ["grouped_bars", "role_scatter"]

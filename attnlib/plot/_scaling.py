@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.ticker import NullLocator
 
 from attnlib.plot._base import PALETTE, _as_numpy, course_style, new_axes
 
@@ -31,6 +32,13 @@ def _band(ax, x, rows, color, label, *, lo=10, hi=90, center="mean", ls="-"):
     )
     ax.plot(x, mid, "o-" if ls == "-" else ls, color=color, label=label, ms=3.5)
     return mid
+
+
+def _log(ax, which, base=10):
+    """Log scale with major ticks only: minor ticks on log axes cost most of a figure's
+    drawing time (every one is laid out as a label) and add little here."""
+    (ax.set_xscale if which == "x" else ax.set_yscale)("log", base=base)
+    (ax.xaxis if which == "x" else ax.yaxis).set_minor_locator(NullLocator())
 
 
 def variance_vs_width(d_ks, measured, *, scaled=None, tolerance=None, ax=None):
@@ -67,8 +75,8 @@ def variance_vs_width(d_ks, measured, *, scaled=None, tolerance=None, ax=None):
                 capsize=3,
                 label="measured: q·k / √d_k",
             )
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log", base=2)
+        _log(ax, "x", base=2)
+        _log(ax, "y", base=2)
         ax.set_xlabel("d_k")
         ax.set_ylabel("variance of the score")
         ax.set_title("Var(q·k) grows like d_k; scaled, it stays 1")
@@ -159,7 +167,7 @@ def saturation_vs_width(d_ks, scaled, unscaled, *, seq_k: int):
         b.set_ylabel("largest weight in the row")
         b.set_title("...and approach one-hot")
         for ax in (a, b):
-            ax.set_xscale("log", base=2)
+            _log(ax, "x", base=2)
             ax.set_xlabel("d_k")
         a.legend(loc="lower left", fontsize=8)
     return fig
@@ -180,8 +188,8 @@ def gradient_vs_width(d_ks, scaled, unscaled, *, field: str = "grad_scores", ax=
             rows = _as_numpy(getattr(stats, field))
             _band(ax, d, rows, color, f"{label}: median", center="median")
             ax.plot(d, rows.mean(axis=1), ls="--", color=color, lw=1, label=f"{label}: mean")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
+        _log(ax, "x", base=2)
+        _log(ax, "y")
         ax.set_xlabel("d_k")
         ax.set_ylabel(
             {
@@ -220,7 +228,7 @@ def temperature_sweep(scales, stats, *, mark: float, seq_k: int, ax=None):
         _band(ax, c, stats.entropy, SCALED, "entropy (mean)")
         ax.axhline(math.log(seq_k), color=SCALED, ls="--", lw=0.8)
         ax.set_ylim(0, math.log(seq_k) * 1.1)
-        ax.set_xscale("log")
+        _log(ax, "x")
         ax.set_xlabel("scale multiplying q·k")
         ax.set_ylabel("entropy of the weights (nats)", color=SCALED)
         right = ax.twinx()
@@ -235,7 +243,7 @@ def temperature_sweep(scales, stats, *, mark: float, seq_k: int, ax=None):
             lo=25,
             hi=75,
         )
-        right.set_yscale("log")
+        _log(right, "y")
         top = float(mid.max())
         right.set_ylim(max(float(mid.min()) / 10, top * 1e-12), top * 30)
         right.set_ylabel("gradient reaching the query", color=UNSCALED)
@@ -287,7 +295,7 @@ def training_curves(histories: Mapping[str, object], *, colors: Sequence[str] | 
                 lowest[key] = min(lowest[key], float(smooth.min()))
         titles = ("loss", "‖∂loss/∂W_Q‖", "‖∂loss/∂W_K‖")
         for ax, key, title in zip(axes, keys, titles, strict=True):
-            ax.set_yscale("log")
+            _log(ax, "y")
             # a single step can reach ~0 (a confident right answer): show the smoothed range
             ax.set_ylim(bottom=lowest[key] / 10)
             ax.set_xlabel("step")
@@ -321,7 +329,7 @@ def _curve_panel(ax, states):
             ax.axvline(1 / math.sqrt(st.d_k), color="0.2", lw=1, ls=":")
         ax.plot([st.scale], [st.curve_at_scale], "o", color=color, ms=7)
     ax.axhline(math.log(seq_k), color="0.5", ls="--", lw=1)
-    ax.set_xscale("log")
+    _log(ax, "x")
     ax.set_ylim(0, math.log(seq_k) * 1.1)
     ax.set_xlabel("scale")
     ax.set_ylabel("mean entropy (nats)")

@@ -1,0 +1,226 @@
+"""Exercises of lesson 09: probing a trained model, finding the head that tracks the subject.
+
+* ``probe_accuracy(X_train, y_train, X_test, y_test) -> float`` : fit a least-squares
+  linear probe (one-hot targets, a bias column) on the training rows and return its
+  accuracy on the test rows;
+* ``attention_on(weights, positions) -> (n_heads,)`` : the mean weight each head gives
+  one position per sentence.
+
+The probe cases are small and noisy, with fewer training rows than a perfect fit needs,
+so that fitting on the test rows, scoring the training rows, shifting the labels by one
+or leaving out the bias each give a different accuracy from the right one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from attnlib.checks._core import Case, Exercise, Misconception, register
+
+# References written here, apart from attnlib.syntax_model (which learners must not call);
+# tests/test_ex_syntax.py proves them equal.
+
+
+def _lstsq_probe(X_train, y_train, n_classes, bias=True):
+    X = np.asarray(X_train, dtype=np.float64)
+    if bias:
+        X = np.hstack([X, np.ones((X.shape[0], 1))])
+    W, *_ = np.linalg.lstsq(X, np.eye(n_classes)[np.asarray(y_train)], rcond=None)
+    return W
+
+
+def _predict(W, X, bias=True):
+    X = np.asarray(X, dtype=np.float64)
+    if bias:
+        X = np.hstack([X, np.ones((X.shape[0], 1))])
+    return (X @ W).argmax(-1)
+
+
+def _n_classes(y_train, y_test):
+    return int(max(np.max(y_train), np.max(y_test))) + 1
+
+
+def _probe_reference(X_train, y_train, X_test, y_test):
+    W = _lstsq_probe(X_train, y_train, _n_classes(y_train, y_test))
+    return float((_predict(W, X_test) == np.asarray(y_test)).mean())
+
+
+def _probe_on_test(X_train, y_train, X_test, y_test):
+    W = _lstsq_probe(X_test, y_test, _n_classes(y_train, y_test))
+    return float((_predict(W, X_test) == np.asarray(y_test)).mean())
+
+
+def _probe_scored_on_train(X_train, y_train, X_test, y_test):
+    W = _lstsq_probe(X_train, y_train, _n_classes(y_train, y_test))
+    return float((_predict(W, X_train) == np.asarray(y_train)).mean())
+
+
+def _probe_labels_shifted(X_train, y_train, X_test, y_test):
+    y = np.roll(np.asarray(y_train), 1)  # each row gets its neighbour's label
+    W = _lstsq_probe(X_train, y, _n_classes(y_train, y_test))
+    return float((_predict(W, X_test) == np.asarray(y_test)).mean())
+
+
+def _probe_labels_sorted(X_train, y_train, X_test, y_test):
+    y = np.sort(np.asarray(y_train))  # labels no longer belong to their rows
+    W = _lstsq_probe(X_train, y, _n_classes(y_train, y_test))
+    return float((_predict(W, X_test) == np.asarray(y_test)).mean())
+
+
+def _probe_no_bias(X_train, y_train, X_test, y_test):
+    W = _lstsq_probe(X_train, y_train, _n_classes(y_train, y_test), bias=False)
+    return float((_predict(W, X_test, bias=False) == np.asarray(y_test)).mean())
+
+
+def _blobs(rng, n, d, n_classes, offset, noise):
+    """n rows of d features around one random centre per class, all shifted by offset."""
+    centres = rng.standard_normal((n_classes, d))
+    y = rng.integers(0, n_classes, n)
+    X = centres[y] + noise * rng.standard_normal((n, d)) + offset
+    return X, y
+
+
+def _probe_case(label, seed, n_train, n_test, d, n_classes, offset, noise):
+    rng = np.random.default_rng(seed)
+    X, y = _blobs(rng, n_train + n_test, d, n_classes, offset, noise)
+    return Case(label, (X[:n_train], y[:n_train], X[n_train:], y[n_train:]))
+
+
+def _probe_cases() -> list[Case]:
+    return [
+        _probe_case(
+            "3 classes, 30 train / 50 test rows, 12 features", 901, 30, 50, 12, 3, 3.0, 1.0
+        ),
+        _probe_case("2 classes, 20 train / 40 test rows, 8 features", 902, 20, 40, 8, 2, 5.0, 1.2),
+        _probe_case("4 classes, 60 train / 60 test rows, 6 features", 903, 60, 60, 6, 4, 2.0, 0.9),
+    ]
+
+
+def _probe_hidden_cases() -> list[Case]:
+    return [
+        _probe_case("hidden: 5 classes, 80 train / 70 test rows", 911, 80, 70, 10, 5, 4.0, 1.0),
+        _probe_case("hidden: 2 classes, 25 train / 30 test rows", 912, 25, 30, 15, 2, 1.0, 1.5),
+    ]
+
+
+register(
+    Exercise(
+        name="probe_accuracy",
+        summary="probe_accuracy(X_train, y_train, X_test, y_test) -> held-out accuracy of a "
+        "least-squares probe",
+        reference=_probe_reference,
+        make_cases=_probe_cases,
+        make_hidden_cases=_probe_hidden_cases,
+        rtol=0.0,
+        atol=1e-9,
+        forbidden=(
+            "attnlib.syntax_model.probe_accuracy",
+            "attnlib.syntax_model.fit_probe",
+            "attnlib.syntax_model.probe_predict",
+        ),
+        misconceptions=(
+            Misconception(
+                "probe-trained-on-test",
+                "The probe was fitted on the test rows it is scored on, so it can memorise "
+                "them. Fit W on X_train, y_train only; use X_test, y_test only for scoring.",
+                (_probe_on_test,),
+            ),
+            Misconception(
+                "probe-scored-on-train",
+                "The accuracy is measured on the training rows. A probe with many features "
+                "fits its training rows well whatever they encode: score it on X_test.",
+                (_probe_scored_on_train,),
+            ),
+            Misconception(
+                "labels-misaligned",
+                "The labels no longer belong to their rows (shifted, sorted or shuffled "
+                "separately from X). Row i of X_train must be fitted to y_train[i].",
+                (_probe_labels_shifted, _probe_labels_sorted),
+            ),
+            Misconception(
+                "probe-no-bias",
+                "The probe has no bias: append a column of ones to X (for both fitting and "
+                "predicting), or vectors far from the origin are classified badly.",
+                (_probe_no_bias,),
+            ),
+        ),
+    )
+)
+
+
+# ----------------------------------------------------------------------------------------
+# attention_on(weights, positions) -> (n_heads,)
+# ----------------------------------------------------------------------------------------
+
+
+def _attention_reference(weights, positions):
+    batch = torch.arange(weights.shape[0])
+    return weights[batch, :, positions].mean(0)  # (n_heads,)
+
+
+def _attention_broadcast(weights, positions):
+    return weights[:, :, positions].mean(dim=(0, 2))  # every sentence at every position
+
+
+def _attention_over_heads(weights, positions):
+    batch = torch.arange(weights.shape[0])
+    return weights[batch, :, positions].mean(1)  # (batch,)
+
+
+def _attention_sum(weights, positions):
+    batch = torch.arange(weights.shape[0])
+    return weights[batch, :, positions].sum(0)
+
+
+def _attention_case(label, seed, batch, n_heads, seq_k):
+    gen = torch.Generator().manual_seed(seed)
+    weights = torch.softmax(torch.randn(batch, n_heads, seq_k, generator=gen) * 2, dim=-1)
+    positions = torch.randint(seq_k, (batch,), generator=gen)
+    return Case(label, (weights, positions))
+
+
+def _attention_cases() -> list[Case]:
+    return [
+        _attention_case("batch 5, n_heads 3, seq_k 7", 921, 5, 3, 7),
+        _attention_case("batch 9, n_heads 4, seq_k 6", 922, 9, 4, 6),
+        _attention_case("batch 2, n_heads 2, seq_k 11", 923, 2, 2, 11),
+    ]
+
+
+def _attention_hidden_cases() -> list[Case]:
+    return [_attention_case("hidden: batch 12, n_heads 5, seq_k 9", 931, 12, 5, 9)]
+
+
+register(
+    Exercise(
+        name="attention_on",
+        summary="attention_on(weights, positions) -> (n_heads,): mean weight per head on one "
+        "position per sentence",
+        reference=_attention_reference,
+        make_cases=_attention_cases,
+        make_hidden_cases=_attention_hidden_cases,
+        forbidden=("attnlib.syntax_model.attention_on",),
+        misconceptions=(
+            Misconception(
+                "index-broadcast",
+                "weights[:, :, positions] takes every sentence's weight at every sentence's "
+                "position (shape (batch, n_heads, batch)). Pair sentence b with its own "
+                "position: weights[torch.arange(batch), :, positions].",
+                (_attention_broadcast,),
+            ),
+            Misconception(
+                "mean-over-heads",
+                "The mean runs over the heads, giving one number per sentence. Average over "
+                "the sentences (axis 0) to get one number per head.",
+                (_attention_over_heads,),
+            ),
+            Misconception(
+                "sum-not-mean",
+                "The weights are summed over the sentences; take the mean, so that the "
+                "result is a weight between 0 and 1 whatever the batch size.",
+                (_attention_sum,),
+            ),
+        ),
+    )
+)

@@ -1,0 +1,371 @@
+"""Lecture mode: reveal.js slides and standalone HTML handouts from the lessons.
+
+``python -m attnlib.lecture slides`` (``make slides``) and ``python -m attnlib.lecture html``
+(``make html``) turn every lesson ``notebooks/NN_*.ipynb`` into
+
+* ``build/slides/NN_*.slides.html`` — a reveal.js deck built from the cells' slideshow
+  metadata (``slide``/``subslide``/``fragment``/``-``/``skip``), and
+* ``build/html/NN_*.html`` plus ``build/html/index.html`` — handouts with the stored
+  outputs (figures embedded as ``data:image/png``; nothing is re-executed).
+
+Both work offline: nbconvert's templates point reveal.js, require.js, jQuery and MathJax at
+CDNs; here every one of them is copied from ``node_modules/`` (``npm ci`` against the
+repository's ``package-lock.json``) into the build folder and referenced by a relative
+path, and mermaid and the widget manager are left out of the templates
+(``attnlib/lecture_templates``). A built page is checked with :func:`remote_resources`
+before it is written: a page that would load anything over the network is an error.
+
+Lessons are discovered, not listed: any ``NN_name.ipynb`` in the notebooks folder is one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import re
+import shutil
+import sys
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from pathlib import Path
+
+__all__ = [
+    "Lesson",
+    "build_handouts",
+    "build_slides",
+    "discover_lessons",
+    "lesson_info",
+    "local_resources",
+    "remote_resources",
+]
+
+ROOT = Path(__file__).resolve().parent.parent
+TEMPLATES = Path(__file__).resolve().parent / "lecture_templates"
+LESSON_RE = re.compile(r"^(\d\d)_[A-Za-z0-9_]+\.ipynb$")
+HEADING_RE = re.compile(r"^#\s+(.+?)\s*#*\s*$", re.MULTILINE)
+TIME_RE = re.compile(r"\*\*Time\*\*\s*:?\s*(.+)")
+
+# What is copied from node_modules into the build folder: (source in node_modules, dest).
+# MathJax 2 is 73 MB on npm; the TeX → CommonHTML path the templates use needs ~5 MB of it.
+REVEAL_FILES = (("reveal.js/dist", "reveal.js/dist"), ("reveal.js/plugin", "reveal.js/plugin"))
+VENDOR_FILES = (
+    ("requirejs/require.js", "vendor/require.js"),
+    ("jquery/dist/jquery.min.js", "vendor/jquery.min.js"),
+    ("mathjax/MathJax.js", "vendor/mathjax/MathJax.js"),
+    ("mathjax/config/TeX-AMS_CHTML-full.js", "vendor/mathjax/config/TeX-AMS_CHTML-full.js"),
+    ("mathjax/config/Safe.js", "vendor/mathjax/config/Safe.js"),
+    ("mathjax/extensions", "vendor/mathjax/extensions"),
+    ("mathjax/jax/input/TeX", "vendor/mathjax/jax/input/TeX"),
+    ("mathjax/jax/element", "vendor/mathjax/jax/element"),
+    ("mathjax/jax/output/CommonHTML", "vendor/mathjax/jax/output/CommonHTML"),
+    ("mathjax/jax/output/PreviewHTML", "vendor/mathjax/jax/output/PreviewHTML"),
+    ("mathjax/fonts/HTML-CSS/TeX/woff", "vendor/mathjax/fonts/HTML-CSS/TeX/woff"),
+)
+# The URLs nbconvert's templates would load from CDNs, pointed at the copies above.
+LOCAL_URLS = {
+    "require_js_url": "vendor/require.js",
+    "jquery_url": "vendor/jquery.min.js",
+    "mathjax_url": "vendor/mathjax/MathJax.js?config=TeX-AMS_CHTML-full,Safe",
+}
+
+
+@dataclass(frozen=True)
+class Lesson:
+    """One lesson notebook.
+
+    Attributes
+    ----------
+    path : Path — the ``NN_name.ipynb`` file.
+    number : str — ``"NN"``.
+    title : str — the text of the notebook's first ``# heading``.
+    time : str — the lesson's ``**Time**:`` line (``""`` if it has none).
+    """
+
+    path: Path
+    number: str
+    title: str
+    time: str
+
+    @property
+    def stem(self) -> str:
+        return self.path.stem
+
+
+def lesson_info(path: str | Path) -> Lesson:
+    """Read a lesson's number, title (first ``# heading``) and time estimate.
+
+    The time is the first ``**Time**:`` line of a markdown cell that is not an exercise
+    (exercise cells carry their own ``**Time**`` beside a ``**Difficulty**``).
+    """
+    import nbformat
+
+    path = Path(path)
+    m = LESSON_RE.match(path.name)
+    if m is None:
+        raise ValueError(f"lesson_info: {path.name!r} is not named like a lesson (NN_name.ipynb)")
+    nb = nbformat.read(path, as_version=4)
+    title, time = None, ""
+    for cell in nb.cells:
+        if cell.cell_type != "markdown":
+            continue
+        if title is None and (h := HEADING_RE.search(cell.source)):
+            title = h.group(1).strip()
+        if not time and "**Difficulty**" not in cell.source and (t := TIME_RE.search(cell.source)):
+            time = t.group(1).strip().rstrip(".")
+        if title is not None and time:
+            break
+    if title is None:
+        raise ValueError(f"lesson_info: {path} has no '# heading' in any markdown cell")
+    return Lesson(path=path, number=m.group(1), title=title, time=time)
+
+
+def discover_lessons(notebooks: str | Path) -> list[Lesson]:
+    """Every ``NN_name.ipynb`` in ``notebooks``, in lesson order (by file name)."""
+    notebooks = Path(notebooks)
+    if not notebooks.is_dir():
+        raise FileNotFoundError(f"discover_lessons: notebooks folder {notebooks} does not exist")
+    paths = sorted(p for p in notebooks.iterdir() if LESSON_RE.match(p.name))
+    return [lesson_info(p) for p in paths]
+
+
+# ---------------------------------------------------------------------------- HTML checks
+
+
+class _Resources(HTMLParser):
+    """Collects the URLs a page loads: scripts, stylesheets, images, iframes, CSS @import."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.urls: list[tuple[str, str]] = []  # (what, url)
+        self._in_style = False
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "script" and a.get("src"):
+            self.urls.append(("script", a["src"]))
+        elif tag == "link" and a.get("href") and "stylesheet" in (a.get("rel") or "").split():
+            self.urls.append(("stylesheet", a["href"]))
+        elif tag in ("img", "iframe", "source", "embed") and a.get("src"):
+            self.urls.append((tag, a["src"]))
+        elif tag == "style":
+            self._in_style = True
+
+    def handle_endtag(self, tag):
+        if tag == "style":
+            self._in_style = False
+
+    def handle_data(self, data):
+        if self._in_style:
+            for url in re.findall(r"@import\s+(?:url\()?\s*['\"]?([^'\")\s;]+)", data):
+                self.urls.append(("css-import", url))
+        # ES module imports, static or dynamic (the stock templates load mermaid so)
+        for url in re.findall(r"\bimport\s+\w+\s+from\s+['\"]([^'\"]+)['\"]", data):
+            self.urls.append(("module-import", url))
+        for url in re.findall(r"\bimport\(\s*['\"]([^'\"]+)['\"]\s*\)", data):
+            self.urls.append(("module-import", url))
+
+
+def _resources(page: str) -> list[tuple[str, str]]:
+    p = _Resources()
+    p.feed(page)
+    p.close()
+    # require([... "x/reveal.js" ...]) in the slides' footer: AMD loads are loads too
+    for block in re.findall(r"require\(\s*\{[^}]*\}\s*,\s*\[([^\]]*)\]", page):
+        p.urls.extend(("require", u) for u in re.findall(r"['\"]([^'\"]+)['\"]", block))
+    return p.urls
+
+
+def remote_resources(page: str) -> list[tuple[str, str]]:
+    """``(kind, url)`` for everything ``page`` would fetch over the network.
+
+    Kinds: ``script``, ``stylesheet``, ``img``/``iframe``/``source``/``embed``,
+    ``css-import``, ``module-import``, ``require``. Protocol-relative ``//host`` URLs
+    count as remote; ``data:`` and relative URLs do not.
+    """
+    return [(k, u) for k, u in _resources(page) if re.match(r"^(https?:)?//", u.strip(), re.I)]
+
+
+def local_resources(page: str) -> list[str]:
+    """Relative URLs ``page`` loads (query strings and fragments dropped), to check they exist."""
+    out = []
+    for _, u in _resources(page):
+        u = u.strip()
+        if re.match(r"^([a-z][a-z0-9+.-]*:|//|#)", u, re.I):
+            continue
+        out.append(re.split(r"[?#]", u)[0])
+    return out
+
+
+def _check_offline(page: str, where: Path) -> None:
+    remote = remote_resources(page)
+    if remote:
+        listed = "\n".join(f"  {k}: {u}" for k, u in remote)
+        raise RuntimeError(f"{where} would load from the network:\n{listed}")
+    missing = sorted(
+        {u for u in local_resources(page) if not (where.parent / html.unescape(u)).exists()}
+    )
+    if missing:
+        raise RuntimeError(f"{where} refers to files that were not copied: {missing}")
+
+
+# ---------------------------------------------------------------------------- building
+
+
+def _copy_assets(node_modules: Path, out: Path, pairs) -> None:
+    for src, dest in pairs:
+        s, d = node_modules / src, out / dest
+        if not s.exists():
+            raise FileNotFoundError(
+                f"{s} is missing: run `npm ci` in the repository root (make slides/html does)"
+            )
+        d.parent.mkdir(parents=True, exist_ok=True)
+        if s.is_dir():
+            shutil.copytree(s, d, dirs_exist_ok=True)
+        else:
+            shutil.copy2(s, d)
+
+
+def _exporter(kind: str):
+    from nbconvert import HTMLExporter, SlidesExporter
+    from traitlets.config import Config
+
+    c = Config()
+    cls = {"slides": SlidesExporter, "html": HTMLExporter}[kind]
+    section = c[cls.__name__]
+    section.extra_template_basedirs = [str(TEMPLATES)]
+    section.template_name = {"slides": "kv_reveal", "html": "kv_lab"}[kind]
+    for k, v in LOCAL_URLS.items():
+        section[k] = v
+    if kind == "slides":
+        section.reveal_url_prefix = "reveal.js"
+        section.reveal_theme = "white"  # its fonts are bundled (some themes import Google Fonts)
+        section.reveal_scroll = True  # long code cells scroll instead of being cut off
+    else:
+        section.embed_images = True  # markdown ![](file.png) images become data: URIs too
+    return cls(config=c)
+
+
+def _export(kind: str, lessons: list[Lesson], out: Path, suffix: str) -> list[Path]:
+    import nbformat
+
+    exporter = _exporter(kind)
+    written = []
+    for lesson in lessons:
+        nb = nbformat.read(lesson.path, as_version=4)
+        nb.metadata.pop("widgets", None)  # widget state needs a kernel; figures stand in
+        body, _ = exporter.from_notebook_node(
+            nb,
+            resources={"metadata": {"name": lesson.title, "path": str(lesson.path.parent)}},
+        )
+        target = out / f"{lesson.stem}{suffix}"
+        _check_offline(body, target)
+        target.write_text(body, encoding="utf-8")
+        written.append(target)
+    return written
+
+
+def _lessons_or_fail(notebooks: Path) -> list[Lesson]:
+    lessons = discover_lessons(notebooks)
+    if not lessons:
+        raise FileNotFoundError(f"no lessons (NN_name.ipynb) in {notebooks}")
+    return lessons
+
+
+def build_slides(
+    notebooks: str | Path = ROOT / "notebooks",
+    out: str | Path = ROOT / "build" / "slides",
+    node_modules: str | Path = ROOT / "node_modules",
+) -> list[Path]:
+    """Write one reveal.js deck per lesson into ``out``; return the paths written.
+
+    The decks use the cells' slideshow metadata and load reveal.js, require.js, jQuery and
+    MathJax from ``out/reveal.js`` and ``out/vendor`` (copied from ``node_modules``).
+    """
+    out, notebooks = Path(out), Path(notebooks)
+    lessons = _lessons_or_fail(notebooks)
+    out.mkdir(parents=True, exist_ok=True)
+    _copy_assets(Path(node_modules), out, REVEAL_FILES + VENDOR_FILES)
+    written = _export("slides", lessons, out, ".slides.html")
+    _write_index(out, lessons, ".slides.html", "slides")
+    return written
+
+
+def build_handouts(
+    notebooks: str | Path = ROOT / "notebooks",
+    out: str | Path = ROOT / "build" / "html",
+    node_modules: str | Path = ROOT / "node_modules",
+) -> list[Path]:
+    """Write one standalone HTML page per lesson, and ``index.html``, into ``out``.
+
+    The stored outputs are used as they are (no execution); figures are embedded as
+    ``data:image/png``. Returns the lesson pages written (without the index).
+    """
+    out, notebooks = Path(out), Path(notebooks)
+    lessons = _lessons_or_fail(notebooks)
+    out.mkdir(parents=True, exist_ok=True)
+    _copy_assets(Path(node_modules), out, VENDOR_FILES)
+    written = _export("html", lessons, out, ".html")
+    _write_index(out, lessons, ".html", "handouts")
+    return written
+
+
+def index_html(lessons: list[Lesson], suffix: str, what: str) -> str:
+    """The index page: one list item per lesson, in order, with its title and time."""
+    rows = []
+    for lesson in lessons:
+        time = f' <span class="time">— {html.escape(lesson.time)}</span>' if lesson.time else ""
+        rows.append(
+            f'  <li><a href="{html.escape(lesson.stem + suffix)}">'
+            f"{html.escape(lesson.title)}</a>{time}</li>"
+        )
+    items = "\n".join(rows)
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>Key Vectors — lesson {what}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; max-width: 46rem; margin: 2rem auto; padding: 0 1rem;
+       line-height: 1.5; color: #222; }}
+li {{ margin: 0.4rem 0; }} .time {{ color: #666; }}
+</style>
+</head>
+<body>
+<h1>Key Vectors — lesson {what}</h1>
+<p>Attention through its key vectors: softmax(QKᵀ/√d_k) V. Open a lesson below; these pages
+work offline, without Python.</p>
+<ol class="lessons">
+{items}
+</ol>
+</body>
+</html>
+"""
+
+
+def _write_index(out: Path, lessons: list[Lesson], suffix: str, what: str) -> None:
+    target = out / "index.html"
+    page = index_html(lessons, suffix, what)
+    _check_offline(page, target)
+    target.write_text(page, encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m attnlib.lecture", description="Build lecture slides or HTML handouts."
+    )
+    parser.add_argument("what", choices=["slides", "html"])
+    parser.add_argument("--notebooks", default=str(ROOT / "notebooks"))
+    parser.add_argument("--out", default=None, help="default: build/slides or build/html")
+    parser.add_argument("--node-modules", default=str(ROOT / "node_modules"))
+    args = parser.parse_args(argv)
+    build = build_slides if args.what == "slides" else build_handouts
+    out = args.out or str(ROOT / "build" / args.what)
+    written = build(args.notebooks, out, args.node_modules)
+    for p in written:
+        print(p.relative_to(Path.cwd()) if p.is_relative_to(Path.cwd()) else p)
+    print(f"{len(written)} lessons → {out}/index.html", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

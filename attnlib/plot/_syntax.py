@@ -1,0 +1,85 @@
+"""Figures of lesson 09: keys that find syntactic roles, values that carry features."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from attnlib.plot._base import PALETTE, _as_numpy, course_style, new_axes
+
+__all__ = ["role_scatter", "grouped_bars"]
+
+
+def role_scatter(
+    points, labels, names: Sequence[str], *, ax=None, title=None, xlabel=None, ylabel=None
+):
+    """Scatter 2-D points (e.g. projected key vectors), one colour per label.
+
+    Parameters
+    ----------
+    points : array-like of shape (n_tokens, 2)
+    labels : int array-like of shape (n_tokens,)
+        Index into ``names``; every label gets its own colour and legend entry.
+    names : sequence of str
+    """
+    p, lab = _as_numpy(points), _as_numpy(labels)
+    if p.ndim != 2 or p.shape[1] != 2:
+        raise ValueError(f"role_scatter: points must have shape (n_tokens, 2), got {p.shape}")
+    if lab.shape != (p.shape[0],):
+        raise ValueError(f"role_scatter: labels must have shape ({p.shape[0]},), got {lab.shape}")
+    ax = new_axes(ax, figsize=(5.5, 4.2))
+    with course_style():
+        for c in np.unique(lab):
+            sel = lab == c
+            ax.scatter(
+                p[sel, 0],
+                p[sel, 1],
+                s=9,
+                alpha=0.55,
+                color=PALETTE[int(c) % len(PALETTE)],
+                label=f"{names[int(c)]} ({int(sel.sum())})",
+            )
+        ax.legend(loc="best", fontsize=8, markerscale=2)
+        if xlabel:
+            ax.set_xlabel(xlabel)
+        if ylabel:
+            ax.set_ylabel(ylabel)
+        if title:
+            ax.set_title(title)
+    return ax
+
+
+def grouped_bars(
+    values, groups: Sequence[str], series: Sequence[str], *, ax=None, title=None, ylabel=None
+):
+    """Bars of a (n_groups, n_series) table: one cluster per group, one colour per series.
+
+    E.g. the mean attention weight each head (group) gives the subject and the attractor
+    (series), or probe accuracies of keys and values (series) for each label (group).
+    """
+    v = _as_numpy(values)
+    if v.shape != (len(groups), len(series)):
+        raise ValueError(
+            f"grouped_bars: values must have shape ({len(groups)}, {len(series)}) = "
+            f"(n_groups, n_series), got {v.shape}"
+        )
+    ax = new_axes(ax, figsize=(1.1 * len(groups) + 2.5, 3.2))
+    width = 0.8 / len(series)
+    with course_style():
+        x = np.arange(len(groups))
+        for s, name in enumerate(series):
+            ax.bar(
+                x + (s - (len(series) - 1) / 2) * width,
+                v[:, s],
+                width,
+                label=name,
+                color=PALETTE[s % len(PALETTE)],
+            )
+        ax.set_xticks(x, labels=list(groups))
+        ax.legend(fontsize=8)
+        if ylabel:
+            ax.set_ylabel(ylabel)
+        if title:
+            ax.set_title(title)
+    return ax
