@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 # JupyterLab refuses to run as root without --allow-root (containers, CI, JupyterHub images).
 ROOT_FLAG := $(shell [ "$$(id -u)" = "0" ] && echo --allow-root)
 
-.PHONY: help setup lab test lint unit notebooks student release autograde feedback bench execute clean
+.PHONY: help setup lab test lint unit notebooks student release autograde feedback bench execute slides html clean
 
 help:
 	@echo "make lab        set up .venv (first time) and open JupyterLab on the lessons"
@@ -18,6 +18,8 @@ help:
 	@echo "make autograde  nbgrader: grade submitted/ and export grades.csv"
 	@echo "make feedback   nbgrader: feedback HTML for every graded submission into feedback/"
 	@echo "make bench      print the performance table"
+	@echo "make slides     reveal.js decks of every lesson into build/slides/ (offline; needs npm)"
+	@echo "make html       standalone HTML handouts + index into build/html/ (no Python needed to open)"
 	@echo "make execute NB=notebooks/03_attention.ipynb   re-run a lesson top to bottom, keep outputs"
 
 setup:
@@ -57,6 +59,18 @@ feedback: setup
 
 bench: setup
 	$(BIN)/python -m attnlib.bench
+
+# Lecture mode: reveal.js, require.js, jQuery and MathJax come from npm (package-lock.json),
+# copied into build/ so that slides and handouts work without a network.
+node_modules/.package-lock.json: package.json package-lock.json
+	@command -v npm >/dev/null || { echo "make slides/html need npm (Node.js): https://nodejs.org or apt-get install npm"; exit 1; }
+	npm ci --ignore-scripts --no-audit --no-fund
+
+slides: setup node_modules/.package-lock.json
+	$(BIN)/python -m attnlib.lecture slides
+
+html: setup node_modules/.package-lock.json
+	$(BIN)/python -m attnlib.lecture html
 
 clean:
 	rm -rf build workbook .pytest_cache

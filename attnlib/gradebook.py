@@ -526,7 +526,7 @@ def _scan_autograded(path: Path, outcome: Outcome) -> None:
                 outcome.notes.append(f"{where}: stuck after the timeout (restarted, rest graded)")
             if TAMPER_TAG in evalue:
                 outcome.needs_review = True
-                outcome.notes.append(f"{where}: hidden test found tampering: {evalue[:300]}")
+                outcome.notes.append(f"{where}: hidden test found tampering: {evalue[:1200]}")
             elif REFERENCE_TAG in evalue or "calls the course's reference" in evalue:
                 outcome.needs_review = True
                 outcome.notes.append(f"{where}: calls the course reference")

@@ -261,6 +261,12 @@ def train_heads_model(
     history : History
         ``loss`` and ``acc`` per step (``acc`` = share of positions with both letters
         right on that step's batch).
+
+    Notes
+    -----
+    Training runs on one CPU thread (the previous thread count is restored afterwards):
+    for a model this small, extra threads only add synchronisation, and the result no
+    longer depends on the machine's thread count (float sums are added in one order).
     """
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a model this small is fastest (and steadiest) on one thread

@@ -37,6 +37,7 @@ __all__ = [
     "lesson_info",
     "local_resources",
     "remote_resources",
+    "without_solutions",
 ]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -245,13 +246,38 @@ def _exporter(kind: str):
     return cls(config=c)
 
 
-def _export(kind: str, lessons: list[Lesson], out: Path, suffix: str) -> list[Path]:
+def without_solutions(nb):
+    """``nb`` with exercise solutions hidden, every other stored output kept (a new notebook).
+
+    Solution regions become ``raise NotImplementedError()`` and hidden tests go, as in the
+    learners' copies (:func:`attnlib.student.student_version`); the outputs of solution
+    cells are dropped, since they would give the answer away. Checks keep their output
+    (what a passing check prints).
+    """
+    from attnlib.student import student_version
+
+    student = student_version(nb)
+    if len(student.cells) != len(nb.cells):
+        raise RuntimeError("without_solutions: the student version changed the number of cells")
+    for cell, orig in zip(student.cells, nb.cells, strict=True):
+        solution = orig.metadata.get("nbgrader", {}).get("solution", False)
+        if orig.cell_type == "code" and not solution:
+            cell.outputs = orig.outputs
+            cell.execution_count = orig.get("execution_count")
+    return student
+
+
+def _export(
+    kind: str, lessons: list[Lesson], out: Path, suffix: str, solutions: bool
+) -> list[Path]:
     import nbformat
 
     exporter = _exporter(kind)
     written = []
     for lesson in lessons:
         nb = nbformat.read(lesson.path, as_version=4)
+        if not solutions:
+            nb = without_solutions(nb)
         nb.metadata.pop("widgets", None)  # widget state needs a kernel; figures stand in
         body, _ = exporter.from_notebook_node(
             nb,
@@ -275,9 +301,12 @@ def build_slides(
     notebooks: str | Path = ROOT / "notebooks",
     out: str | Path = ROOT / "build" / "slides",
     node_modules: str | Path = ROOT / "node_modules",
+    *,
+    solutions: bool = False,
 ) -> list[Path]:
     """Write one reveal.js deck per lesson into ``out``; return the paths written.
 
+    Exercise solutions are hidden unless ``solutions=True`` (see :func:`without_solutions`).
     The decks use the cells' slideshow metadata and load reveal.js, require.js, jQuery and
     MathJax from ``out/reveal.js`` and ``out/vendor`` (copied from ``node_modules``).
     """
@@ -285,7 +314,7 @@ def build_slides(
     lessons = _lessons_or_fail(notebooks)
     out.mkdir(parents=True, exist_ok=True)
     _copy_assets(Path(node_modules), out, REVEAL_FILES + VENDOR_FILES)
-    written = _export("slides", lessons, out, ".slides.html")
+    written = _export("slides", lessons, out, ".slides.html", solutions)
     _write_index(out, lessons, ".slides.html", "slides")
     return written
 
@@ -294,17 +323,20 @@ def build_handouts(
     notebooks: str | Path = ROOT / "notebooks",
     out: str | Path = ROOT / "build" / "html",
     node_modules: str | Path = ROOT / "node_modules",
+    *,
+    solutions: bool = False,
 ) -> list[Path]:
     """Write one standalone HTML page per lesson, and ``index.html``, into ``out``.
 
     The stored outputs are used as they are (no execution); figures are embedded as
-    ``data:image/png``. Returns the lesson pages written (without the index).
+    ``data:image/png``. Exercise solutions are hidden unless ``solutions=True`` (see
+    :func:`without_solutions`). Returns the lesson pages written (without the index).
     """
     out, notebooks = Path(out), Path(notebooks)
     lessons = _lessons_or_fail(notebooks)
     out.mkdir(parents=True, exist_ok=True)
     _copy_assets(Path(node_modules), out, VENDOR_FILES)
-    written = _export("html", lessons, out, ".html")
+    written = _export("html", lessons, out, ".html", solutions)
     _write_index(out, lessons, ".html", "handouts")
     return written
 
@@ -357,10 +389,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--notebooks", default=str(ROOT / "notebooks"))
     parser.add_argument("--out", default=None, help="default: build/slides or build/html")
     parser.add_argument("--node-modules", default=str(ROOT / "node_modules"))
+    parser.add_argument(
+        "--solutions", action="store_true", help="keep exercise solutions (instructor copy)"
+    )
     args = parser.parse_args(argv)
     build = build_slides if args.what == "slides" else build_handouts
     out = args.out or str(ROOT / "build" / args.what)
-    written = build(args.notebooks, out, args.node_modules)
+    written = build(args.notebooks, out, args.node_modules, solutions=args.solutions)
     for p in written:
         print(p.relative_to(Path.cwd()) if p.is_relative_to(Path.cwd()) else p)
     print(f"{len(written)} lessons → {out}/index.html", file=sys.stderr)

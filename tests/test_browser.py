@@ -86,6 +86,8 @@ def lab(tmp_path_factory):
         f"--IdentityProvider.token={token}",
         f"--ServerApp.root_dir={ROOT}",
         "--ServerApp.port_retries=0",
+        # a fresh workspace: no tabs restored from an earlier session, none saved to ~
+        f"--LabApp.workspaces_dir={runtime / 'workspaces'}",
     ]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-root")
@@ -150,20 +152,24 @@ def test_jupyterlab_renders_a_lesson_with_its_figures(chromium, lab, tmp_path):
     for budget in BUDGETS_MS:  # JupyterLab renders lazily: give it more time if needed
         run = _chromium(chromium, url, [f"--virtual-time-budget={budget}", "--dump-dom"], tmp_path)
         dom = run.stdout
-        cells = len(re.findall(r'class="[^"]*\bjp-Cell\b[^"]*\bjp-Notebook-cell\b', dom))
+        classes = [set(c.split()) for c in re.findall(r'class="([^"]*)"', dom)]
+        cells = sum({"jp-Cell", "jp-Notebook-cell"} <= c for c in classes)
         imgs = len(re.findall(r'<img\b[^>]*\bsrc="data:image/png;base64,', dom))
         seen = (budget, cells, imgs, len(dom))
         if cells >= n_cells and imgs >= n_png:
             break
     budget, cells, imgs, size = seen
     assert size > 0, f"chromium printed no DOM (exit {run.returncode}):\n{run.stderr[-2000:]}"
-    assert "jp-NotebookPanel" in dom, "JupyterLab did not open the notebook panel"
+    panels = sum("jp-NotebookPanel" in c for c in classes)
+    assert panels == 1, f"expected the one lesson open in JupyterLab, found {panels} notebooks"
     # every cell of the file is in the page, every stored figure is drawn as an <img>
     assert cells == n_cells, f"{cells} of {n_cells} cells rendered after {budget} ms"
     assert imgs == n_png, f"{imgs} of {n_png} figures rendered after {budget} ms"
     # markdown was rendered (the title is a heading, not '# ...' source text)
     title = re.escape(lesson.title.split("·")[-1].strip())
-    assert re.search(rf"<h1[^>]*>[^<]*{title}", dom), "the lesson's title heading is missing"
+    assert re.search(rf"<h1\b[^>]*>(?:(?!</h1>).)*?{title}", dom, re.S), (
+        "the lesson's title heading is missing"
+    )
     # the kernel the course installs is the one JupyterLab offers for the lesson
     assert "Key Vectors" in dom
     shot = tmp_path / f"{lesson.stem}.png"

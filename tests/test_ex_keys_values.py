@@ -20,7 +20,7 @@ from attnlib.checks import ex_keys_values as KV
 from attnlib.checks import get_exercise
 from attnlib.torch_mha import mha_forward
 
-EXERCISES = ("lookup_batch", "attention_backward", "mha_by_hand")
+EXERCISES = ("lookup_batch", "attention_backward", "mha_by_hand", "kv_prediction")
 
 VARIANTS = [
     pytest.param(name, m.id, i, v, id=f"{name}-{m.id}-{i}")
@@ -38,6 +38,7 @@ CORRECT = {
     "lookup_batch": KV._lb_variant(),
     "attention_backward": KV._bw_variant(),
     "mha_by_hand": KV._mha_variant(),
+    "kv_prediction": lambda: np.array([True, False, False, True, True]),
 }
 
 
@@ -176,48 +177,34 @@ def test_an_unknown_mistake_fails_without_a_diagnosis():
 
 # ---- the prediction of lesson 05 -------------------------------------------------------------
 
-MEASURED = {"separate": 1.0, "tied": 0.35, "uniform": 0.3}
+
+def test_prediction_has_one_statement_per_answer():
+    assert len(KV.STATEMENTS) == len(KV.TRUTH) == 5
+    assert all(isinstance(t, bool) for t in KV.TRUTH)
 
 
-def test_right_prediction_passes(capsys):
-    assert KV.diagnose_prediction({"worse": "tied", "reason": "B"}, MEASURED) == []
-    KV.check_prediction({"worse": "tied", "reason": "B"}, MEASURED)
-    assert capsys.readouterr().out.startswith("✔ prediction")
+def test_prediction_names_the_flipped_statement():
+    wrong = list(KV.TRUTH)
+    wrong[1] = True  # "tied reaches 95 % too"
+    with pytest.raises(AssertionError, match=r"1 of 5 entries differ") as err:
+        checks.check("kv_prediction", lambda: np.array(wrong))
+    assert "[tied-only-slower]" in str(err.value)
 
 
-def test_the_variant_is_checked_against_the_measurement():
-    flipped = {"separate": 0.3, "tied": 0.9}
-    assert KV.diagnose_prediction({"worse": "tied", "reason": "B"}, flipped) == ["wrong-variant"]
-    assert KV.diagnose_prediction({"worse": "separate", "reason": "B"}, MEASURED) == [
-        "wrong-variant"
-    ]
+def test_prediction_with_several_wrong_answers_fails_without_a_diagnosis():
+    report = checks.run("kv_prediction", lambda: ~np.array(KV.TRUTH))
+    assert not report.ok and report.misconceptions == []
 
 
 @pytest.mark.parametrize(
-    ("prediction", "ids"),
+    "bad",
     [
-        ({"worse": "tied", "reason": "A"}, ["tied-only-slower"]),
-        ({"worse": "tied", "reason": "C"}, ["softmax-breaks"]),
-        ({"worse": "tied", "reason": "D"}, ["separate-overfits"]),
-        ({"worse": "uniform", "reason": "B"}, ["control-is-not-a-wiring"]),
-        ({"worse": "separate", "reason": "D"}, ["wrong-variant", "separate-overfits"]),
+        lambda: "True",
+        lambda: np.array(KV.TRUTH[:4]),
+        lambda: None,
+        lambda: np.array(KV.TRUTH, dtype=float),  # numbers, not booleans
+        lambda: KV.TRUTH,  # a tuple, not an array
     ],
 )
-def test_wrong_predictions_name_their_misconceptions(prediction, ids):
-    assert KV.diagnose_prediction(prediction, MEASURED) == ids
-    with pytest.raises(AssertionError) as err:
-        KV.check_prediction(prediction, MEASURED)
-    for mid in ids:
-        assert f"[{mid}]" in str(err.value)
-
-
-@pytest.mark.parametrize(
-    "bad", [{"worse": "tied"}, {"worse": "both", "reason": "B"}, {"worse": "tied", "reason": "E"}]
-)
-def test_malformed_predictions_get_clear_errors(bad):
-    with pytest.raises((TypeError, ValueError), match="prediction"):
-        KV.diagnose_prediction(bad, MEASURED)
-
-
-def test_every_reason_is_either_right_or_a_named_misconception():
-    assert set(KV.REASONS) == {KV._RIGHT_REASON, *KV._REASON_MISCONCEPTIONS}
+def test_malformed_predictions_fail(bad):
+    assert not checks.run("kv_prediction", bad).ok

@@ -24,6 +24,7 @@ from attnlib.lecture import (
     lesson_info,
     local_resources,
     remote_resources,
+    without_solutions,
 )
 
 NODE_MODULES = ROOT / "node_modules"
@@ -172,7 +173,7 @@ def test_handouts(sample, tmp_path):
         n_png = sum(
             "image/png" in o.get("data", {})
             for c in nb.cells
-            if c.cell_type == "code"
+            if c.cell_type == "code" and not c.metadata.get("nbgrader", {}).get("solution")
             for o in c.outputs
         )
         # every stored figure is in the page, embedded; nothing was re-executed
@@ -201,3 +202,56 @@ def test_slides(sample, tmp_path):
             if kind == "skip" and cell.cell_type == "markdown" and line:
                 assert line not in text
         assert page.title == f"{lesson_info(sample / name).title} slides"
+
+
+def _solution_lines(nb):
+    """Lines strictly inside BEGIN/END SOLUTION regions of the notebook's code cells."""
+    lines = []
+    for c in nb.cells:
+        inside = False
+        for ln in c.source.splitlines():
+            if "### END SOLUTION" in ln:
+                inside = False
+            elif inside and len(ln.strip()) > 12:
+                lines.append(ln.strip())
+            elif "### BEGIN SOLUTION" in ln:
+                inside = True
+    return lines
+
+
+def test_without_solutions_hides_answers_and_keeps_other_outputs():
+    nb = nbformat.read(NOTEBOOKS / "03_attention.ipynb", as_version=4)
+    answers = _solution_lines(nb)
+    assert answers, "03_attention has exercises with solutions"
+    hidden = without_solutions(nb)
+    text = "\n".join(c.source for c in hidden.cells)
+    assert not [a for a in answers if a in text]
+    assert "raise NotImplementedError()" in text
+    for orig, cell in zip(nb.cells, hidden.cells, strict=True):
+        if orig.cell_type != "code":
+            continue
+        if orig.metadata.get("nbgrader", {}).get("solution"):
+            assert cell.outputs == []
+        else:
+            assert cell.outputs == orig.outputs
+    assert _solution_lines(nb) == answers  # the input notebook is not changed
+
+
+def test_handouts_hide_solutions_unless_asked(sample, tmp_path):
+    name = "03_attention.ipynb"
+    answers = _solution_lines(nbformat.read(sample / name, as_version=4))
+    nbdir = tmp_path / "nb"
+    nbdir.mkdir()
+    shutil.copy(sample / name, nbdir / name)
+    import html as _html
+
+    student = build_handouts(nbdir, tmp_path / "s", NODE_MODULES)[0].read_text()
+    teacher = build_handouts(nbdir, tmp_path / "t", NODE_MODULES, solutions=True)[0].read_text()
+
+    # nbconvert highlights code into spans: compare on the page's text
+    def page_text(t):
+        return _html.unescape(re.sub(r"<[^>]+>", "", t))
+
+    student, teacher = page_text(student), page_text(teacher)
+    assert all(a in teacher for a in answers)
+    assert not [a for a in answers if a in student]

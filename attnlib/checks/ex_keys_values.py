@@ -8,10 +8,10 @@
   out_proj_bias, n_heads, batch_first) -> (out, weights)`` — ``nn.MultiheadAttention``
   recomputed from its unpacked parameters (torch, float64).
 
-Lesson 05 also has a *prediction*: before training, the learner says which wiring of keys
-and values ends clearly worse and why. :func:`check_prediction` compares the "which" with
-the accuracies the lesson measured and the "why" with the known answer, and names the
-misconception behind a wrong reason (:func:`diagnose_prediction`).
+* ``kv_prediction() -> bool array (5,)`` — lesson 05's "predict, run, then check": before
+  training, the learner marks five statements (:data:`STATEMENTS`) true or false. The
+  lesson measures each one and asserts that the measurements agree with :data:`TRUTH`, so
+  the check compares the prediction with what was measured.
 """
 
 from __future__ import annotations
@@ -431,84 +431,68 @@ register(
 
 
 # ----------------------------------------------------------------------------------------
-# The prediction of lesson 05: which wiring ends clearly worse, and why.
+# kv_prediction() -> five booleans: lesson 05's "predict, run, then check"
 # ----------------------------------------------------------------------------------------
 
-#: The reasons a learner picks from (lesson 05 lists them).
-REASONS = {
-    "A": "The tied head has fewer parameters, so it only learns more slowly; given the same "
-    "steps it ends at the same accuracy.",
-    "B": "One d_head-wide vector must both be matched on the name and carry the number; "
-    "whatever it stores of the number disturbs the match, and whatever it stores of the name "
-    "crowds the number out of the value.",
-    "C": "When k = v the softmax cannot be computed properly.",
-    "D": "Separate keys and values overfit the training batches.",
-}
-_RIGHT_REASON = "B"
-_REASON_MISCONCEPTIONS = {
-    "A": (
-        "tied-only-slower",
-        "Fewer parameters is not the issue: the tied head stays far below the separate one "
-        "however long it trains at this width. One vector cannot hold both what is matched "
-        "and what is carried.",
-    ),
-    "C": (
-        "softmax-breaks",
-        "The softmax works for any scores. The weights are fine; what they select is a blend "
-        "of name and number.",
-    ),
-    "D": (
-        "separate-overfits",
-        "Every step draws fresh examples, so there is nothing to overfit; the accuracies are "
-        "measured on unseen sequences.",
-    ),
-}
+#: The statements the learner predicts (lesson 05 lists them in this order). Each is
+#: measured in the lesson, which asserts that the measurement agrees with ``TRUTH``.
+STATEMENTS = (
+    "1. separate K, V reaches at least 95 % accuracy within 150 steps",
+    "2. tied K = V reaches at least 95 % accuracy within 150 steps",
+    "3. tied K = V ends more than 15 points above the uniform control",
+    "4. in the tied head, a token's key changes with the number it carries",
+    "5. a tied head twice as wide (d_head = 6) reaches 95 % given 400 steps",
+)
+TRUTH = (True, False, False, True, True)
 
 
-def _measured_worse(accuracies: dict) -> str:
-    return "tied" if accuracies["tied"] < accuracies["separate"] else "separate"
+def _flipped(i: int):
+    answer = [(not t) if j == i else t for j, t in enumerate(TRUTH)]
+    return lambda: np.array(answer)
 
 
-def diagnose_prediction(prediction: dict, accuracies: dict) -> list[str]:
-    """Misconception ids of a prediction ``{"worse": ..., "reason": ...}``; ``[]`` if right.
-
-    ``accuracies`` holds the measured final accuracies under ``"separate"`` and ``"tied"``.
-    """
-    if not isinstance(prediction, dict) or set(prediction) != {"worse", "reason"}:
-        raise TypeError(
-            'prediction must be a dict with exactly the keys "worse" and "reason", got '
-            f"{prediction!r}"
-        )
-    worse, reason = prediction["worse"], prediction["reason"]
-    if worse not in ("separate", "tied", "uniform"):
-        raise ValueError(f'prediction["worse"] must be "separate" or "tied", got {worse!r}')
-    if reason not in REASONS:
-        raise ValueError(f'prediction["reason"] must be one of {sorted(REASONS)}, got {reason!r}')
-    found = []
-    if worse == "uniform":
-        found.append("control-is-not-a-wiring")
-    elif worse != _measured_worse(accuracies):
-        found.append("wrong-variant")
-    if reason != _RIGHT_REASON:
-        found.append(_REASON_MISCONCEPTIONS[reason][0])
-    return found
-
-
-_PREDICTION_HINTS = {
-    "wrong-variant": "The measured accuracies say otherwise: look at the final accuracies of "
-    "separate and tied.",
-    "control-is-not-a-wiring": "The uniform control cannot select a token at all; the "
-    "question is which of the two real wirings (separate or tied) ends clearly worse.",
-    **{mid: text for mid, text in _REASON_MISCONCEPTIONS.values()},
-}
-
-
-def check_prediction(prediction: dict, accuracies: dict) -> None:
-    """Print one line if the prediction matches the measurement; else raise AssertionError."""
-    found = diagnose_prediction(prediction, accuracies)
-    if not found:
-        print(f"✔ prediction: {prediction['worse']} is worse, for reason {prediction['reason']}")
-        return
-    lines = ["✘ prediction does not match what the lesson measured:"]
-    lines += [f"  [{mid}] {_PREDICTION_HINTS[mid]}" for mid in found]
-    raise AssertionError("\n".join(lines))
+register(
+    Exercise(
+        name="kv_prediction",
+        summary="kv_prediction() -> bool array (5,): statements 1-5 of lesson 05, true or false",
+        reference=lambda: np.array(TRUTH),
+        make_cases=lambda: [Case("statements 1-5 (entry i is statement i + 1)", ())],
+        exact=True,
+        misconceptions=(
+            Misconception(
+                "separate-fails",
+                "Statement 1 is true: with its own W_K the key spends all d_head dimensions on "
+                "names and the value all of its own on numbers; the separate head solves the "
+                "lookup within 150 steps.",
+                (_flipped(0),),
+            ),
+            Misconception(
+                "tied-only-slower",
+                "Statement 2 is false: tying is not just fewer parameters. At d_head = 3 one "
+                "vector cannot both be matched on the name and carry the number, and the tied "
+                "head stays far below 95 %.",
+                (_flipped(1),),
+            ),
+            Misconception(
+                "tied-selects-anyway",
+                "Statement 3 is false: the tied head ends only a few points above the control "
+                "that cannot select at all — its keys are too disturbed by the numbers to pick "
+                "the asked token reliably.",
+                (_flipped(2),),
+            ),
+            Misconception(
+                "tied-key-ignores-content",
+                "Statement 4 is true: with k = v the key must carry the number (the value "
+                "needs it), so the number moves every score — that is what disturbs the match.",
+                (_flipped(3),),
+            ),
+            Misconception(
+                "tying-is-impossible",
+                "Statement 5 is true: with twice the width a tied head can keep names and "
+                "numbers in different directions of one vector; it just needs more room and "
+                "more steps than separate matrices.",
+                (_flipped(4),),
+            ),
+        ),
+    )
+)
