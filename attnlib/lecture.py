@@ -359,16 +359,16 @@ def index_html(lessons: list[Lesson], suffix: str, what: str) -> str:
 <style>
 body {{ font-family: system-ui, sans-serif; max-width: 46rem; margin: 2rem auto; padding: 0 1rem;
        line-height: 1.5; color: #222; }}
-li {{ margin: 0.4rem 0; }} .time {{ color: #666; }}
+ul {{ list-style: none; padding: 0; }} li {{ margin: 0.4rem 0; }} .time {{ color: #666; }}
 </style>
 </head>
 <body>
 <h1>Key Vectors — lesson {what}</h1>
 <p>Attention through its key vectors: softmax(QKᵀ/√d_k) V. Open a lesson below; these pages
 work offline, without Python.</p>
-<ol class="lessons">
+<ul class="lessons">
 {items}
-</ol>
+</ul>
 </body>
 </html>
 """

@@ -119,15 +119,19 @@ def encode(sentences: list[Sentence], max_len: int = CONFIG["max_len"]) -> Encod
     longest = max(len(s) for s in sentences)
     if longest > max_len:
         raise ValueError(f"encode: a sentence has {longest} tokens, max_len is {max_len}")
-    tokens = torch.zeros(n, max_len, dtype=torch.long)
-    roles = torch.full((n, max_len), -1, dtype=torch.long)
-    numbers = torch.full((n, max_len), -1, dtype=torch.long)
+    # Filled as numpy arrays (element-wise writes into tensors are slow), then wrapped.
+    tokens = np.zeros((n, max_len), dtype=np.int64)
+    roles = np.full((n, max_len), -1, dtype=np.int64)
+    numbers = np.full((n, max_len), -1, dtype=np.int64)
     num_id = {"sg": 0, "pl": 1, "-": -1}
+    role_id = {r: i for i, r in enumerate(ROLES)}
     for i, s in enumerate(sentences):
-        for j, w in enumerate(s.words):
-            tokens[i, j] = vocab["[V]"] if j == s.verb else vocab[w]
-            roles[i, j] = ROLES.index(s.roles[j])
-            numbers[i, j] = num_id[s.numbers[j]]
+        k = len(s)
+        tokens[i, :k] = [vocab[w] for w in s.words]
+        tokens[i, s.verb] = vocab["[V]"]
+        roles[i, :k] = [role_id[r] for r in s.roles]
+        numbers[i, :k] = [num_id[x] for x in s.numbers]
+    tokens, roles, numbers = (torch.from_numpy(a) for a in (tokens, roles, numbers))
     return Encoded(
         tokens=tokens,
         mask=tokens != 0,

@@ -23,6 +23,7 @@ from nbfixtures import LESSONS, hidden_lines, reference_source, set_solution, so
 from nbfixtures import write_lessons as write_fixture_lessons
 
 from attnlib import gradebook
+from attnlib.checks.grading import TAMPER_TAG
 
 pytestmark = [
     pytest.mark.grading,
@@ -346,9 +347,11 @@ def test_feedback_contains_no_hidden_tests(fixture_course):
         assert _leaks(text, hidden_lines(src)) == [], path
         if path.parts[-3] == "untouched":
             assert _leaks(text, solution_lines(src)) == [], path
-    # a failed hidden test shows its message, not its source
+    # a failed test shows its message; a failed hidden test not its source
     cheat = (fixture_course.course / "feedback" / "cheat" / A / f"{A}.html").read_text()
-    assert "calls-reference" in cheat
+    assert "calls the course's reference" in cheat
+    patcher = (fixture_course.course / "feedback" / "patcher" / A / f"{A}.html").read_text()
+    assert TAMPER_TAG in patcher
 
 
 def test_course_csv_export_plugin(fixture_course, monkeypatch, tmp_path):

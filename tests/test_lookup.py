@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import math
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
 from attnlib import lookup as L
+from attnlib import plot
 
 
 def _loop_encoding(names, numbers, query_pos, n_names, n_numbers):
@@ -205,3 +207,50 @@ def test_pca_2d_matches_numpy_svd_up_to_sign():
         np.testing.assert_allclose(p[:, i], sign * want[:, i], atol=1e-10)
     # sign convention: the largest-magnitude coordinate of each axis is positive
     assert all(p[np.abs(p[:, i]).argmax(), i] > 0 for i in range(2))
+
+
+# ---- the figures of lessons 05 and 06 (attnlib.plot._learning) ---------------------------------
+
+
+def test_learning_curves_draw_the_smoothed_data():
+    y = np.array([0.0, 1.0, 0.0, 1.0, 1.0, 1.0])
+    ax = plot.learning_curves({"a": y, "b": 1 - y}, smooth=2, chance=0.5)
+    lines = ax.get_lines()
+    raw, smooth = lines[0].get_ydata(), lines[1].get_ydata()
+    np.testing.assert_array_equal(raw, y)
+    np.testing.assert_allclose(smooth, [0.0, 0.5, 0.5, 0.5, 1.0, 1.0])  # trailing mean of 2
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["a", "b", "chance"]
+    plt.close(ax.figure)
+    with pytest.raises(ValueError, match="1-D"):
+        plot.learning_curves({"a": np.zeros((2, 2))})
+    with pytest.raises(ValueError, match="empty"):
+        plot.learning_curves({})
+
+
+def test_feature_spaces_has_one_panel_per_space_and_feature():
+    rng = np.random.default_rng(0)
+    pts = {"keys": rng.standard_normal((12, 2)), "values": rng.standard_normal((12, 2))}
+    labels = {"name": np.arange(12) % 4, "number": np.arange(12) % 3}
+    fig = plot.feature_spaces(pts, labels, scores={("keys", "name"): 0.987})
+    axes = fig.get_axes()
+    assert len(axes) == 4
+    assert "name explains 98.7% of the variance" in axes[0].get_title()
+    np.testing.assert_array_equal(axes[3].collections[0].get_offsets(), pts["values"])
+    plt.close(fig)
+    with pytest.raises(ValueError, match=r"labels\['name'\]"):
+        plot.feature_spaces(pts, {"name": np.arange(5)})
+    with pytest.raises(ValueError, match=r"\(n, 2\)"):
+        plot.feature_spaces({"keys": np.zeros((4, 3))}, {"name": np.arange(4)})
+
+
+def test_grad_norm_and_entropy_curves():
+    import math
+
+    ax = plot.grad_norm_curves({"W_K": [1e-3, 1e-2, 1e-1]})
+    assert ax.get_yscale() == "log"
+    np.testing.assert_allclose(ax.get_lines()[0].get_ydata(), [1e-3, 1e-2, 1e-1])
+    plt.close(ax.figure)
+    ax = plot.entropy_curve([1.7, 1.0, 0.2], seq_k=6)
+    ys = [line.get_ydata()[0] for line in ax.get_lines()]
+    assert ys[1] == pytest.approx(math.log(6))  # the uniform line
+    plt.close(ax.figure)

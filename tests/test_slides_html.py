@@ -205,9 +205,15 @@ def test_slides(sample, tmp_path):
 
 
 def _solution_lines(nb):
-    """Lines strictly inside BEGIN/END SOLUTION regions of the notebook's code cells."""
-    lines = []
+    """Lines inside BEGIN/END SOLUTION regions that appear nowhere else in the notebook."""
+    lines, elsewhere = [], []
     for c in nb.cells:
+        if not c.metadata.get("nbgrader", {}).get("solution"):
+            elsewhere.append(c.source)
+            for o in c.get("outputs", []):
+                elsewhere.append(
+                    str(o.get("text", "")) + str(o.get("data", {}).get("text/plain", ""))
+                )
         inside = False
         for ln in c.source.splitlines():
             if "### END SOLUTION" in ln:
@@ -216,7 +222,10 @@ def _solution_lines(nb):
                 lines.append(ln.strip())
             elif "### BEGIN SOLUTION" in ln:
                 inside = True
-    return lines
+            else:
+                elsewhere.append(ln)  # the stub around the region stays in the student copy
+    other = "\n".join(elsewhere).replace("`", "")  # markdown `code` renders without them
+    return [ln for ln in lines if ln not in other]
 
 
 def test_without_solutions_hides_answers_and_keeps_other_outputs():
@@ -240,6 +249,7 @@ def test_without_solutions_hides_answers_and_keeps_other_outputs():
 def test_handouts_hide_solutions_unless_asked(sample, tmp_path):
     name = "03_attention.ipynb"
     answers = _solution_lines(nbformat.read(sample / name, as_version=4))
+    assert answers
     nbdir = tmp_path / "nb"
     nbdir.mkdir()
     shutil.copy(sample / name, nbdir / name)
