@@ -1,4 +1,5 @@
-"""attnlib.lookup: the generated lookup task of lesson 05 and its one-head model.
+"""attnlib.lookup: the generated lookup task of lesson 05 and its one-head model (and the
+figures of lessons 05-06 in attnlib.plot._learning).
 
 Oracles: a plain Python loop for the encoding, torch's scaled_dot_product_attention for
 the model's forward pass, numpy's SVD for the projection, and the exact additive
@@ -244,8 +245,6 @@ def test_feature_spaces_has_one_panel_per_space_and_feature():
 
 
 def test_grad_norm_and_entropy_curves():
-    import math
-
     ax = plot.grad_norm_curves({"W_K": [1e-3, 1e-2, 1e-1]})
     assert ax.get_yscale() == "log"
     np.testing.assert_allclose(ax.get_lines()[0].get_ydata(), [1e-3, 1e-2, 1e-1])
