@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from attnlib.mha import MultiHeadAttention
-from attnlib.training import History, train
+from attnlib.training import History, torch_threads, train
 
 __all__ = [
     "HeadsTask",
@@ -268,12 +268,8 @@ def train_heads_model(
     for a model this small, extra threads only add synchronisation, and the result no
     longer depends on the machine's thread count (float sums are added in one order).
     """
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # a model this small is fastest (and steadiest) on one thread
-    try:
+    with torch_threads(1):  # a model this small is fastest (and steadiest) on one thread
         return _train(task, n_heads, seed, d_model, steps, batch, lr, progress)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _train(task, n_heads, seed, d_model, steps, batch, lr, progress):

@@ -27,17 +27,14 @@ with three wirings of the keys and values:
 
 from __future__ import annotations
 
-import contextlib
-import sys
 from typing import NamedTuple
 
 import numpy as np
 import torch
 from torch import nn
-from tqdm import tqdm
 
 from attnlib.core import attend
-from attnlib.training import History, train
+from attnlib.training import History, progress_bar, torch_threads, train
 
 __all__ = [
     "MODES",
@@ -206,42 +203,10 @@ class LookupAttention(nn.Module):
         return self.W_o(out[:, 0]), weights  # (batch, n_out)
 
 
-@contextlib.contextmanager
+# Kept under their lesson-05 names; the implementations live in attnlib.training.
 def one_thread():
-    """Run torch on one thread inside the block (restored after).
-
-    The models of lessons 05 and 06 are tiny: one thread is faster than two, and a second
-    thread competing with other work on a busy machine can make every step 10x slower.
-    """
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
-@contextlib.contextmanager
-def progress_bar(steps: int, desc: str, enabled: bool = True):
-    """A plain-text progress bar of fixed width (stable under nbval once times are sanitized).
-
-    tqdm's default layout gives the bar whatever room the rate text leaves, so the number of
-    ``#`` changes from run to run; here the bar is always 30 characters and there is no rate.
-    """
-    bar = tqdm(
-        total=steps,
-        desc=desc,
-        disable=not enabled,
-        file=sys.stderr,
-        mininterval=0.5,
-        ascii=True,
-        bar_format="{desc}: {percentage:3.0f}%|{bar:30}| {n_fmt}/{total_fmt} "
-        "[{elapsed}<{remaining}]",
-    )
-    try:
-        yield bar
-    finally:
-        bar.close()
+    """Run torch on one thread inside the block (restored after); see ``torch_threads``."""
+    return torch_threads(1)
 
 
 def make_lookup(mode: str, *, d_head: int, n_names: int, n_numbers: int, seed: int):

@@ -493,17 +493,13 @@ def train_retrieval(
         return loss, extras
 
     # The tensors are tiny: one thread is faster than several, and immune to a busy machine.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        return train(
-            [W_Q, W_K],
-            step,
-            steps=steps,
-            lr=lr,
-            track={"W_Q": W_Q, "W_K": W_K},
-            desc=desc,
-            progress=progress,
-        )
-    finally:
-        torch.set_num_threads(threads)
+    return train(
+        [W_Q, W_K],
+        step,
+        steps=steps,
+        lr=lr,
+        track={"W_Q": W_Q, "W_K": W_K},
+        desc=desc,
+        progress=progress,
+        threads=1,
+    )

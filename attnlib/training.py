@@ -7,16 +7,59 @@ numbers to record); :func:`train` runs the optimiser, shows a progress bar, and 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
-__all__ = ["History", "train", "grad_norms"]
+__all__ = ["History", "train", "grad_norms", "progress_bar", "torch_threads"]
+
+
+@contextlib.contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """Run the block with ``torch.set_num_threads(n)``; the previous setting is restored.
+
+    The course's models are tiny: on one thread they train faster than on several (no
+    synchronisation, and immune to a busy machine), and their float sums are added in one
+    order, so the numbers do not depend on the machine's core count. ``None`` leaves the
+    setting alone.
+    """
+    if n is None:
+        yield
+        return
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"torch_threads: n must be a positive int or None, got {n!r}")
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def progress_bar(steps: int, desc: str = "training", enabled: bool = True) -> tqdm:
+    """A plain-text progress bar on stderr with a fixed layout.
+
+    tqdm's default layout gives the bar whatever room the rate text leaves, so the number of
+    ``#`` would change from run to run; here the bar is always 30 characters wide and shows
+    no rate, so a stored notebook output compares equal once times are sanitized. Use it as
+    a context manager or call ``close()``.
+    """
+    return tqdm(
+        total=steps,
+        desc=desc,
+        disable=not enabled,
+        file=sys.stderr,
+        mininterval=0.5,
+        ascii=True,
+        bar_format="{desc}: {percentage:3.0f}%|{bar:30}| {n_fmt}/{total_fmt} "
+        "[{elapsed}<{remaining}]",
+    )
 
 
 @dataclass
@@ -67,6 +110,7 @@ def train(
     desc: str = "training",
     progress: bool = True,
     clip: float | None = None,
+    threads: int | None = None,
 ) -> History:
     """Minimise the loss returned by ``step(i)`` for ``steps`` steps.
 
@@ -88,6 +132,9 @@ def train(
         Show a progress bar (plain-text tqdm on stderr; stable under nbval).
     clip : float, optional
         Clip the global gradient norm to this value.
+    threads : int, optional
+        Train with ``torch.set_num_threads(threads)`` (restored afterwards); 1 suits the
+        course's tiny models. Default: leave torch's setting alone.
 
     Returns
     -------
@@ -122,17 +169,13 @@ def train(
         opt = torch.optim.SGD(params, lr=lr)
     else:
         raise ValueError(f"train: optimizer must be 'adam' or 'sgd', got {optimizer!r}")
+    with torch_threads(threads), progress_bar(steps, desc, progress) as bar:
+        return _loop(params, step, steps, opt, track, clip, bar)
+
+
+def _loop(params, step, steps, opt, track, clip, bar) -> History:
     history = History()
-    bar = tqdm(
-        range(steps),
-        desc=desc,
-        disable=not progress,
-        file=sys.stderr,
-        mininterval=0.5,
-        ncols=80,
-        ascii=True,
-    )
-    for i in bar:
+    for i in range(steps):
         opt.zero_grad(set_to_none=True)
         result = step(i)
         loss, extras = result if isinstance(result, tuple) else (result, {})
@@ -153,7 +196,7 @@ def train(
             torch.nn.utils.clip_grad_norm_(params, clip)
         opt.step()
         history.add(loss=loss.item(), **extras)
-    bar.close()
+        bar.update(1)
     if not math.isfinite(history.last("loss")):
         raise FloatingPointError("train: the final loss is not finite")
     return history

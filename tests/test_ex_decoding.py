@@ -159,3 +159,12 @@ def test_decode_step_off_by_one_position_is_caught_without_a_diagnosis():
     report = checks.run("decode_step", shifted)
     assert not report.ok
     assert report.misconceptions == []
+
+
+@pytest.mark.parametrize("name", EXERCISES)
+def test_hidden_cases_exist_and_an_independent_solution_passes_them_silently(name, capsys):
+    ex = get_exercise(name)
+    assert len(ex.cases(hidden=True)) > len(ex.cases())
+    assert checks.run(name, INDEPENDENT[name], hidden=True).ok
+    checks.check_hidden(name, INDEPENDENT[name])
+    assert capsys.readouterr().out == ""

@@ -164,3 +164,32 @@ def test_bad_arguments(kwargs, error, pattern):
     params, step = args.pop("params"), args.pop("step")
     with pytest.raises(error, match=re.escape(pattern)):
         train(params, step, **args)
+
+
+def test_torch_threads_sets_and_restores_and_rejects_bad_counts():
+    from attnlib.training import torch_threads
+
+    before = torch.get_num_threads()
+    with torch_threads(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with torch_threads(None):
+        assert torch.get_num_threads() == before
+    with pytest.raises(ValueError, match="torch_threads: n must be a positive int"):
+        with torch_threads(0):
+            pass
+
+
+def test_progress_bar_layout_does_not_depend_on_speed(capsys):
+    # The bar is always 30 characters and shows no rate, so stored notebook outputs compare
+    # equal whatever the machine's speed (only the sanitized elapsed time differs).
+    from attnlib.training import progress_bar
+
+    with progress_bar(7, "fixed") as bar:
+        for _ in range(7):
+            bar.update(1)
+    last = capsys.readouterr().err.split("\r")[-1].strip()
+    head, bar_text, tail = last.split("|")
+    assert head == "fixed: 100%"
+    assert bar_text == "#" * 30
+    assert tail.startswith(" 7/7 [") and "it/s" not in tail

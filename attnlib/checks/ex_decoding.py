@@ -23,8 +23,8 @@ from attnlib.masks import causal_mask as _causal_mask
 # ----------------------------------------------------------------------------------------
 
 
-def _decode_cases() -> list[Case]:
-    rng = np.random.default_rng(1010)
+def _decode_cases(seed: int = 1010) -> list[Case]:
+    rng = np.random.default_rng(seed)
     n = rng.standard_normal
 
     def case(label, lead, seq_past, seq_new, d_k=6, d_v=4):
@@ -46,6 +46,18 @@ def _decode_cases() -> list[Case]:
         case("batch 2, 2 new tokens, 3 cached", (2,), 3, 2),
         case("empty cache: a prompt of 4 tokens (prefill)", (), 0, 4),
     ]
+
+
+def _decode_hidden_cases() -> list[Case]:
+    rng = np.random.default_rng(2020)
+    n = rng.standard_normal
+    extra = [
+        Case(
+            "hidden: batch 3, 4 new tokens, 9 cached, d_k=10, d_v=3",
+            (n((3, 4, 10)), n((3, 4, 10)), n((3, 4, 3)), n((3, 9, 10)), n((3, 9, 3))),
+        )
+    ]
+    return [Case("hidden: " + c.label, c.args) for c in _decode_cases(2021)] + extra
 
 
 def _np_attend(q, k, v, mask=None):
@@ -91,6 +103,7 @@ register(
         summary="decode_step(q_new, k_new, v_new, k_cache, v_cache) -> (out, k_all, v_all)",
         reference=_decode_reference,
         make_cases=_decode_cases,
+        make_hidden_cases=_decode_hidden_cases,
         misconceptions=(
             Misconception(
                 "cache-not-appended",
@@ -133,8 +146,8 @@ register(
 # ----------------------------------------------------------------------------------------
 
 
-def _online_cases() -> list[Case]:
-    rng = np.random.default_rng(1111)
+def _online_cases(seed: int = 1111) -> list[Case]:
+    rng = np.random.default_rng(seed)
     n = rng.standard_normal
     seq_q, bk, d_v = 3, 5, 4
 
@@ -201,6 +214,7 @@ register(
         summary="online_softmax_update(m, l, acc, s_block, v_block) -> (m_new, l_new, acc_new)",
         reference=_online_reference,
         make_cases=_online_cases,
+        make_hidden_cases=lambda: [Case("hidden: " + c.label, c.args) for c in _online_cases(2222)],
         rtol=1e-7,
         atol=1e-9,
         forbidden=("attnlib.blockwise.online_softmax_update",),
@@ -241,8 +255,8 @@ register(
 # ----------------------------------------------------------------------------------------
 
 
-def _rotary_cases() -> list[Case]:
-    rng = np.random.default_rng(1212)
+def _rotary_cases(seed: int = 1212) -> list[Case]:
+    rng = np.random.default_rng(seed)
     n = rng.standard_normal
     return [
         Case(
@@ -306,6 +320,16 @@ register(
         summary="rotary_attend(q, k, v, positions) -> (out, weights): RoPE on q and k",
         reference=_rotary_reference,
         make_cases=_rotary_cases,
+        make_hidden_cases=lambda: (
+            [Case("hidden: " + c.label, c.args) for c in _rotary_cases(2424)]
+            + [
+                Case(
+                    "hidden: 7 tokens at positions 100..106, d_k=12, d_v=4",
+                    tuple(np.random.default_rng(7).standard_normal(s) for s in ((7, 12),) * 2)
+                    + (np.random.default_rng(8).standard_normal((7, 4)), np.arange(100, 107)),
+                )
+            ]
+        ),
         forbidden=("attnlib.positions.apply_rotary",),
         misconceptions=(
             Misconception(

@@ -78,6 +78,10 @@ _VOLATILE = {
     },
 }
 
+# Namespaces checked only for where their functions come from, not for identity: torch
+# replaces some of its own functions after import (seen: torch.manual_seed in a lesson).
+_REBINDS = {"torch", "torch.nn.functional", "torch.Tensor"}
+
 TAMPER_TAG = "[needs-review]"
 REFERENCE_TAG = "[calls-reference]"
 
@@ -181,7 +185,9 @@ def tampering() -> list[str]:
                 problems.append(f"{name}.{attr} was replaced by {why}")
                 continue
             key = (name, attr)
-            if attr not in volatile and key in _SNAPSHOT and _SNAPSHOT[key] != id(obj):
+            if name in _REBINDS or attr in volatile:
+                continue  # torch rebinds some of its own names lazily (torch.manual_seed)
+            if key in _SNAPSHOT and _SNAPSHOT[key] != id(obj):
                 problems.append(f"{name}.{attr} was rebound after the kernel started")
     hook = sys.gettrace()
     if hook is not None and not _untrusted_hook_ok(hook):
