@@ -71,6 +71,21 @@ def online_softmax_update(m, l, acc, s_block, v_block):
     return m_new, l_new, acc_new
 
 
+def _update_in_place(m, l, acc, s, v_block):
+    """:func:`online_softmax_update` for torch without autograd, reusing buffers.
+
+    Same five steps; the tile's exponentials are computed in place in ``s`` and the
+    running sums are updated in place, which saves allocations and passes over memory.
+    """
+    m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))  # 1.
+    m_safe = torch.where(torch.isfinite(m_new), m_new, 0.0)
+    alpha = (m - m_safe).exp_()  # 2.
+    p = s.sub_(m_safe).exp_()  # 3. (overwrites the scores)
+    l.mul_(alpha).add_(p.sum(dim=-1, keepdim=True))  # 4.
+    acc.mul_(alpha).add_(p @ v_block)  # 5.
+    return m_new, l, acc
+
+
 def _check_block(fn: str, name: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{fn}: {name} must be an int, got {type(value).__name__}")
@@ -124,6 +139,8 @@ def blockwise_attend(
     work = ops.work_dtype(q)
     q_, k_, v_ = (ops.astype(t, work) for t in (q, k, v))
     q_ = q_ * scale  # scale the (seq_q, d_k) queries once, not every score tile
+    needs_grad = ops.name == "torch" and any(t.requires_grad for t in (q, k, v))
+    in_place = ops.name == "torch" and not (torch.is_grad_enabled() and needs_grad)
     seq_q, seq_k, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
     batch = np.broadcast_shapes(tuple(q.shape[:-2]), tuple(k.shape[:-2]), tuple(v.shape[:-2]))
     if ops.name == "torch":
@@ -156,7 +173,10 @@ def blockwise_attend(
                     qi = np.arange(i0, i1)[:, None]
                     kj = np.arange(j0, j1)[None, :]
                     s = np.where(kj > qi, -np.inf, s).astype(work, copy=False)
-            m, l, acc = online_softmax_update(m, l, acc, s, v_[..., j0:j1, :])
+            if in_place:
+                m, l, acc = _update_in_place(m, l, acc, s, v_[..., j0:j1, :])
+            else:
+                m, l, acc = online_softmax_update(m, l, acc, s, v_[..., j0:j1, :])
         out[..., i0:i1, :] = acc / ops.where(l > 0, l, 1.0)  # (..., bq, d_v)
     return ops.astype(out, q.dtype)
 

@@ -131,3 +131,22 @@ def test_errors_name_the_argument():
         blockwise_attend(q, k, v, block_k=0)
     with pytest.raises(TypeError, match="same kind"):
         blockwise_attend(q, k, v.numpy())
+
+
+def test_gradients_flow_and_match_sdpa():
+    q, k, v = (t.requires_grad_() for t in _qkv((2,), 12, 12, seed=8))
+    blockwise_attend(q, k, v, causal=True, block_q=5, block_k=4).sum().backward()
+    grads = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    F.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
+    for mine, want in zip(grads, (q.grad, k.grad, v.grad), strict=True):
+        torch.testing.assert_close(mine, want, rtol=1e-10, atol=1e-12)
+
+
+def test_in_place_path_does_not_touch_the_inputs():
+    q, k, v = _qkv((3,), 20, 20, seed=9)
+    copies = [t.clone() for t in (q, k, v)]
+    with torch.no_grad():
+        blockwise_attend(q, k, v, causal=True, block_q=8, block_k=8)
+    assert all(torch.equal(a, b) for a, b in zip((q, k, v), copies, strict=True))

@@ -187,3 +187,27 @@ def test_training_command_reproduces_the_stated_accuracy(tmp_path, python):
     trained = sm.load_model(out)
     _, test = sm.split(sm.encode(corpus.load_corpus()))
     assert sm.accuracy(trained, test) == acc
+
+
+def test_plots_draw_the_data_they_are_given():
+    import matplotlib.pyplot as plt
+
+    from attnlib import plot
+
+    pts = np.array([[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]])
+    ax = plot.role_scatter(pts, np.array([0, 1, 0]), ["a", "b"])
+    drawn = {
+        t.get_text(): c.get_offsets()
+        for t, c in zip(ax.get_legend().get_texts(), ax.collections, strict=True)
+    }
+    np.testing.assert_array_equal(drawn["a (2)"], pts[[0, 2]])
+    np.testing.assert_array_equal(drawn["b (1)"], pts[[1]])
+    vals = np.array([[0.5, 0.1], [0.6, 0.2], [0.7, 0.3]])
+    ax = plot.grouped_bars(vals, ["h0", "h1", "h2"], ["subject", "attractor"])
+    heights = [p.get_height() for p in ax.patches]
+    np.testing.assert_allclose(heights, vals.T.reshape(-1))
+    with pytest.raises(ValueError, match="n_tokens, 2"):
+        plot.role_scatter(np.ones((3, 3)), np.zeros(3), ["a"])
+    with pytest.raises(ValueError, match="n_groups, n_series"):
+        plot.grouped_bars(vals.T, ["h0", "h1", "h2"], ["s", "a"])
+    plt.close("all")

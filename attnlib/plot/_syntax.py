@@ -64,7 +64,7 @@ def grouped_bars(
             f"grouped_bars: values must have shape ({len(groups)}, {len(series)}) = "
             f"(n_groups, n_series), got {v.shape}"
         )
-    ax = new_axes(ax, figsize=(1.1 * len(groups) + 2.5, 3.2))
+    ax = new_axes(ax, figsize=(1.1 * len(groups) + 3.5, 3.2))
     width = 0.8 / len(series)
     with course_style():
         x = np.arange(len(groups))
@@ -77,7 +77,7 @@ def grouped_bars(
                 color=PALETTE[s % len(PALETTE)],
             )
         ax.set_xticks(x, labels=list(groups))
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside, not over
         if ylabel:
             ax.set_ylabel(ylabel)
         if title:
