@@ -52,10 +52,11 @@ def lesson(path: Path) -> str:
 
 
 def ignores_output(cell) -> bool:
+    # nbval only honours the marker as a whole comment line: "# NBVAL_IGNORE_OUTPUT".
+    # Anything after it on the line ("# NBVAL_IGNORE_OUTPUT  (timing)") is silently ignored.
     first = cell.source.lstrip().splitlines()[:1]
-    return (first and "NBVAL_IGNORE_OUTPUT" in first[0]) or "nbval-ignore-output" in cell.get(
-        "metadata", {}
-    ).get("tags", [])
+    marker = bool(first) and first[0].strip().lstrip("#").strip() == "NBVAL_IGNORE_OUTPUT"
+    return marker or "nbval-ignore-output" in cell.get("metadata", {}).get("tags", [])
 
 
 def output_text(out) -> str:
@@ -320,7 +321,13 @@ def test_every_graded_cell_checks_an_earlier_solution(path):
             )
 
 
-def test_lessons_from_01_have_two_graded_exercises(path):
+# How many graded exercises each lesson must have, from the issues that asked for them
+# (the foundation issue: two each in 01-03; lesson 04's: three; 05-09: one per lesson
+# each, at least two per lesson here; 10-12: one each).
+MIN_GRADED = {"01": 2, "02": 2, "03": 2, "04": 3, "05": 2, "06": 2, "07": 2, "08": 2, "09": 2}
+
+
+def test_lessons_from_01_have_their_graded_exercises(path):
     if lesson(path) == "00":
         pytest.skip("lesson 00 (welcome) has no graded exercises requirement")
     graded = [
@@ -328,4 +335,5 @@ def test_lessons_from_01_have_two_graded_exercises(path):
         for _, _, g in nbgrader_cells(load(path))
         if g.get("grade") and g.get("locked")
     ]
-    assert len(graded) >= 2, f"{path.name}: {len(graded)} graded exercises, need >= 2"
+    need = MIN_GRADED.get(lesson(path), 1)
+    assert len(graded) >= need, f"{path.name}: {len(graded)} graded exercises, need >= {need}"
