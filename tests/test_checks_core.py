@@ -257,3 +257,23 @@ def test_fresh_core_leaves_the_session_modules_alone():
     assert core is not _core
     assert core.get_exercise("attend") is not checks.get_exercise("attend")
     assert set(core.exercises()) == set(checks.exercises())
+
+
+def test_an_unwritten_stub_is_told_to_write_the_function():
+    def stub(x):
+        raise NotImplementedError()
+
+    with pytest.raises(AssertionError, match="not written yet"):
+        checks.check("softmax", stub)
+
+
+def test_nan_outputs_are_counted_and_no_meaningless_difference_is_quoted():
+    def unstable(x):
+        e = np.exp(x)
+        return e / e.sum(axis=-1, keepdims=True)
+
+    with pytest.raises(AssertionError) as err:
+        checks.check("softmax", unstable)
+    msg = str(err.value)
+    assert "of them NaN or inf" in msg
+    assert "largest difference 0\n" not in msg and "[unstable-softmax]" in msg

@@ -102,6 +102,11 @@ def check(exercise: str, fn: Callable) -> None:
             f"✘ {name}: your function calls the course's reference ({used}). "
             f"Write the computation yourself — the point is to build it."
         )
+    if "raised NotImplementedError" in report.first_failure and not report.misconceptions:
+        raise AssertionError(
+            f"✘ {name}: not written yet — replace `raise NotImplementedError()` in the cell "
+            f"above with your code, run that cell, then this one."
+        )
     lines = [f"✘ {name}: {report.first_failure}"]
     if report.misconceptions:
         lines.append("Probable mistake:")

@@ -230,13 +230,15 @@ def _same(ex: Exercise, expected: Any, got: Any) -> tuple[bool, str]:
         close = _isclose(ga64, ea64, rtol=ex.rtol, atol=ex.atol, equal_nan=True)
         if not bool(close.all()):
             bad = int((~close).sum())
-            nan = " (contains NaN or inf)" if not bool(_isfinite(ga64).all()) else ""
-            both = _isfinite(ga64) & _isfinite(ea64)
-            diff = _absolute(ga64 - ea64)[both].max() if bool(both.any()) else float("nan")
-            return False, (
-                f"{which}{bad} of {ea.size} entries differ{nan}; largest difference "
-                f"{float(diff):.3g}"
-            )
+            n_bad_values = int((~_isfinite(ga64)).sum())
+            nan = f" ({n_bad_values} of them NaN or inf)" if n_bad_values else ""
+            # The largest difference among entries that are finite in both and differ.
+            finite_bad = _isfinite(ga64) & _isfinite(ea64) & ~close
+            largest = ""
+            if bool(finite_bad.any()):
+                diff = float(_absolute(ga64 - ea64)[finite_bad].max())
+                largest = f"; largest difference {diff:.3g}"
+            return False, f"{which}{bad} of {ea.size} entries differ{nan}{largest}"
     return True, ""
 
 
