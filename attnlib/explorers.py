@@ -83,6 +83,7 @@ class QueryState:
     weights : ndarray of shape (seq_k,) — ``softmax(scores)``.
     output : ndarray of shape (2,) — ``weights @ values``, the blended value.
     entropy, max_weight : float — of ``weights``.
+    labels : tuple of str or None — names of the keys (and values), if given.
     """
 
     angle: float
@@ -98,17 +99,22 @@ class QueryState:
     output: np.ndarray
     entropy: float
     max_weight: float
+    labels: tuple[str, ...] | None = None
 
     @property
     def seq_k(self) -> int:
         return self.keys.shape[0]
+
+    def key_name(self, j: int) -> str:
+        """Key ``j``'s label, or ``"k<j>"``."""
+        return self.labels[j] if self.labels is not None else f"k{j}"
 
     def summary(self) -> str:
         div = f"√d_k = {math.sqrt(self.d_k):.3g}" if self.scaled else "1 (not scaled)"
         return (
             f"angle {self.angle:.0f}°, d_k = {self.d_k}, divided by {div}, "
             f"temperature {self.temperature:.3g}: largest weight {self.max_weight:.2f} "
-            f"(key {int(np.argmax(self.weights))}), entropy {self.entropy:.2f} of "
+            f"(key {self.key_name(int(np.argmax(self.weights)))}), entropy {self.entropy:.2f} of "
             f"{math.log(self.seq_k):.2f} nats, output ({self.output[0]:.2f}, {self.output[1]:.2f})"
         )
 
@@ -137,20 +143,87 @@ def _query_setup(d_k: int, seq_k: int, seed: int):
     return keys, plane, values
 
 
+def _as_given_setup(keys, values, plane, labels):
+    """Validate a lesson's own keys/values/query plane; return read-only float64 copies."""
+    k = np.array(keys, dtype=np.float64)
+    if k.ndim != 2 or k.shape[0] < 2 or k.shape[1] < 1:
+        raise ValueError(f"query_state: keys must have shape (seq_k >= 2, d_k), got {k.shape}")
+    seq_k, d_k = k.shape
+    if values is None:
+        t = 2 * np.pi * np.arange(seq_k) / seq_k
+        v = np.stack([np.cos(t), np.sin(t)], axis=1)  # (seq_k, 2)
+    else:
+        v = np.array(values, dtype=np.float64)
+        if v.shape != (seq_k, 2):
+            raise ValueError(
+                f"query_state: values must have shape (seq_k, 2) = ({seq_k}, 2) to be drawn, "
+                f"got {v.shape}"
+            )
+    if plane is None:
+        raise ValueError("query_state: with your own keys, give plane of shape (2, d_k)")
+    pl = np.array(plane, dtype=np.float64)
+    if pl.shape != (2, d_k):
+        raise ValueError(
+            f"query_state: plane must have shape (2, d_k) = (2, {d_k}), got {pl.shape}"
+        )
+    norms = np.linalg.norm(pl, axis=1)
+    if not np.all(norms > 0):
+        raise ValueError("query_state: both rows of plane must be non-zero directions")
+    pl = pl / norms[:, None]  # (2, d_k), unit rows
+    if labels is not None:
+        labels = tuple(str(t) for t in labels)
+        if len(labels) != seq_k:
+            raise ValueError(f"query_state: labels has {len(labels)} names for {seq_k} keys")
+    for a in (k, v, pl):
+        a.setflags(write=False)
+    return k, pl, v, labels
+
+
 def query_state(
     angle: float,
-    d_k: int = 16,
+    d_k: int | None = None,
     temperature: float = 1.0,
     *,
     scaled: bool = True,
     seq_k: int = 6,
     seed: int = 0,
+    keys=None,
+    values=None,
+    plane=None,
+    length: float | None = None,
+    labels=None,
 ) -> QueryState:
     """One query against ``seq_k`` keys, turned by ``angle`` degrees (pure function).
 
+    By default the keys are standard-normal, drawn from ``seed`` (``d_k`` defaults to 16):
     ``angle = 0`` points the query along key 0, ``90`` along key 1's part orthogonal to
-    key 0. Scores are ``q·k_j / √d_k / temperature`` (``scaled=False`` drops the √d_k).
+    key 0, and the query has length √d_k. Scores are ``q·k_j / √d_k / temperature``
+    (``scaled=False`` drops the √d_k).
+
+    Parameters
+    ----------
+    keys : array of shape (seq_k, d_k), optional
+        A lesson's own keys instead of random ones (``d_k`` and ``seq_k`` follow from it).
+    values : array of shape (seq_k, 2), optional
+        Their values (default: points on the unit circle).
+    plane : array of shape (2, d_k)
+        Required with ``keys``: the query is
+        ``length · (cos(angle) · plane[0] + sin(angle) · plane[1])`` (rows normalised).
+    length : float, optional
+        The query's length; default √d_k.
+    labels : sequence of str, optional
+        Names of the keys, shown on the bars and in the summary.
     """
+    if keys is not None:
+        keys_, plane_, values_, labels = _as_given_setup(keys, values, plane, labels)
+        if d_k is not None and d_k != keys_.shape[1]:
+            raise ValueError(
+                f"query_state: d_k={d_k!r} but keys have shape {keys_.shape} (omit d_k)"
+            )
+        d_k, seq_k = keys_.shape[1], keys_.shape[0]
+    elif values is not None or plane is not None:
+        raise ValueError("query_state: values and plane are only used together with keys")
+    d_k = 16 if d_k is None else d_k
     if int(d_k) != d_k or d_k < 1:
         raise ValueError(f"query_state: d_k must be a positive int, got {d_k!r}")
     if not (math.isfinite(temperature) and temperature > 0):
@@ -159,9 +232,19 @@ def query_state(
         raise ValueError(f"query_state: angle must be finite, got {angle!r}")
     if int(seq_k) != seq_k or seq_k < 2:
         raise ValueError(f"query_state: seq_k must be an int >= 2, got {seq_k!r}")
-    keys, plane, values = _query_setup(int(d_k), int(seq_k), int(seed))
+    length = math.sqrt(d_k) if length is None else float(length)
+    if not (math.isfinite(length) and length > 0):
+        raise ValueError(f"query_state: length must be finite and > 0, got {length!r}")
+    if keys is None:
+        keys, plane, values = _query_setup(int(d_k), int(seq_k), int(seed))
+        if labels is not None:
+            labels = tuple(str(t) for t in labels)
+            if len(labels) != seq_k:
+                raise ValueError(f"query_state: labels has {len(labels)} names for {seq_k} keys")
+    else:
+        keys, plane, values = keys_, plane_, values_
     rad = math.radians(angle)
-    query = math.sqrt(d_k) * (math.cos(rad) * plane[0] + math.sin(rad) * plane[1])  # (d_k,)
+    query = length * (math.cos(rad) * plane[0] + math.sin(rad) * plane[1])  # (d_k,)
     raw = keys @ query  # (seq_k,)
     scores = raw / (math.sqrt(d_k) if scaled else 1.0) / temperature  # (seq_k,)
     weights = softmax(scores)  # (seq_k,)
@@ -180,6 +263,7 @@ def query_state(
         output=output,
         entropy=float(_entropy(weights)),
         max_weight=float(weights.max()),
+        labels=labels,
     )
 
 
@@ -189,17 +273,24 @@ def render_query(state: QueryState) -> bytes:
 
     def draw(fig):
         ax_s, ax_w, ax_v = fig.subplots(1, 3)
-        labels = [f"k{j}" for j in range(state.seq_k)]
+        labels = [state.key_name(j) for j in range(state.seq_k)]
         bars(state.scores, labels=labels, ax=ax_s, title="scores")
         bars(state.weights, labels=labels, ax=ax_w, title="weights")
         ax_w.set_ylim(0, 1)
         v, o = state.values, state.output
         ax_v.scatter(v[:, 0], v[:, 1], s=40 + 400 * state.weights, color="tab:blue")
+        names: dict[tuple[float, float], list[str]] = {}  # equal values share one label
         for j, (x, y) in enumerate(v):
-            ax_v.annotate(f"v{j}", (x, y), textcoords="offset points", xytext=(6, 4))
+            name = f"v{j}" if state.labels is None else state.labels[j]
+            at = names.setdefault((float(x), float(y)), [])
+            if name not in at:
+                at.append(name)
+        for (x, y), at in names.items():
+            ax_v.annotate(", ".join(at), (x, y), textcoords="offset points", xytext=(6, 4))
         ax_v.scatter([o[0]], [o[1]], marker="*", s=200, color="tab:red", label="output")
-        ax_v.set_xlim(-1.4, 1.4)
-        ax_v.set_ylim(-1.4, 1.4)
+        lim = max(1.4, 1.2 * float(np.abs(v).max()))
+        ax_v.set_xlim(-lim, lim)
+        ax_v.set_ylim(-lim, lim)
         ax_v.set_aspect("equal")
         ax_v.set_title("values and their blend")
         ax_v.legend(loc="lower right")
@@ -208,9 +299,24 @@ def render_query(state: QueryState) -> bytes:
 
 
 def query_explorer(
-    angle: float = 30.0, d_k: int = 16, temperature: float = 1.0, *, seq_k: int = 6, seed: int = 0
+    angle: float = 30.0,
+    d_k: int | None = None,
+    temperature: float = 1.0,
+    *,
+    seq_k: int = 6,
+    seed: int = 0,
+    keys=None,
+    values=None,
+    plane=None,
+    length: float | None = None,
+    labels=None,
 ):
     """Turn one query, widen the keys, change the temperature; watch the weights.
+
+    Without ``keys`` the keys are random and the d_k slider (default 16, one of
+    :data:`D_K_CHOICES`) redraws them wider. With a lesson's own ``keys`` (and ``values``,
+    ``plane``, ``length``, ``labels``: see :func:`query_state`) d_k is fixed and its slider
+    is disabled.
 
     Returns
     -------
@@ -220,14 +326,19 @@ def query_explorer(
     """
     import ipywidgets as W
 
-    if d_k not in D_K_CHOICES:
+    given = {"keys": keys, "values": values, "plane": plane, "labels": labels}
+    first = query_state(angle, d_k, temperature, seq_k=seq_k, seed=seed, length=length, **given)
+    if keys is None and first.d_k not in D_K_CHOICES:
         raise ValueError(f"query_explorer: d_k must be one of {D_K_CHOICES}, got {d_k!r}")
-    query_state(angle, d_k, temperature, seq_k=seq_k, seed=seed)  # validate before building
     angle_s = W.FloatSlider(
         value=angle, min=-180, max=180, step=5, description="angle °", continuous_update=False
     )
     d_k_s = W.SelectionSlider(
-        options=list(D_K_CHOICES), value=d_k, description="d_k", continuous_update=False
+        options=list(D_K_CHOICES) if keys is None else [first.d_k],
+        value=first.d_k,
+        description="d_k",
+        disabled=keys is not None,
+        continuous_update=False,
     )
     temp_s = W.FloatLogSlider(
         value=temperature,
@@ -245,7 +356,14 @@ def query_explorer(
 
     def update(*_):
         state = query_state(
-            angle_s.value, d_k_s.value, temp_s.value, scaled=scaled_c.value, seq_k=seq_k, seed=seed
+            angle_s.value,
+            d_k_s.value,
+            temp_s.value,
+            scaled=scaled_c.value,
+            seq_k=seq_k,
+            seed=seed,
+            length=length,
+            **given,
         )
         box.state = state
         readout.value = f"<code>{state.summary()}</code>"

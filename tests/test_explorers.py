@@ -92,6 +92,67 @@ def test_query_explorer_widget_follows_its_controls():
         query_explorer(d_k=3)
 
 
+def _lesson_keys():
+    """Lesson 03's keys and values: six tokens, d_k = 3 (noun, verb, modifier), d_v = 2."""
+    keys = np.array([[0, 0, 1], [1, 0, 0], [0, 1, 0], [0, 0, 1], [0, 0, 1], [1, 0, 0]], float)
+    values = np.array([[0, 0], [1, 0], [0, 1], [0, 0], [0.5, 0], [1, 0]], float)
+    return keys, values, ["the", "cat", "chased", "the", "small", "mouse"]
+
+
+@pytest.mark.parametrize("angle", [0.0, 45.0, 90.0, 150.0])
+def test_query_state_with_given_keys_matches_torch(angle):
+    keys, values, labels = _lesson_keys()
+    plane = [[2.0, 0, 0], [0, 0, 0.5]]  # rows are normalised: only directions count
+    s = query_state(angle, keys=keys, values=values, plane=plane, length=4.0, labels=labels)
+    a = math.radians(angle)
+    q = torch.tensor([4 * math.cos(a), 0.0, 4 * math.sin(a)], dtype=torch.float64)
+    k, v = torch.tensor(keys), torch.tensor(values)
+    np.testing.assert_allclose(s.query, q.numpy(), atol=1e-12)
+    out = torch.nn.functional.scaled_dot_product_attention(
+        q[None, None, None], k[None, None], v[None, None]
+    )[0, 0, 0]  # SDPA scales by 1/√3 itself
+    np.testing.assert_allclose(s.weights, torch.softmax(k @ q / math.sqrt(3), -1).numpy())
+    np.testing.assert_allclose(s.output, out.numpy(), rtol=1e-10)
+    assert s.d_k == 3 and s.seq_k == 6 and s.labels == tuple(labels)
+    assert f"(key {labels[int(np.argmax(s.weights))]})" in s.summary()
+    np.testing.assert_array_equal(s.keys, keys)  # not the seed's random keys
+
+
+def test_query_state_with_given_keys_rejects_bad_input():
+    keys, values, labels = _lesson_keys()
+    plane = [[1.0, 0, 0], [0, 0, 1]]
+    with pytest.raises(ValueError, match="plane"):
+        query_state(0.0, keys=keys)
+    with pytest.raises(ValueError, match=r"plane must have shape \(2, d_k\) = \(2, 3\)"):
+        query_state(0.0, keys=keys, plane=[[1.0, 0], [0, 1]])
+    with pytest.raises(ValueError, match=r"values must have shape .*\(6, 3\)"):
+        query_state(0.0, keys=keys, plane=plane, values=np.ones((6, 3)))
+    with pytest.raises(ValueError, match="labels has 2 names for 6 keys"):
+        query_state(0.0, keys=keys, plane=plane, labels=["a", "b"])
+    with pytest.raises(ValueError, match="d_k=16"):
+        query_state(0.0, 16, keys=keys, plane=plane)
+    with pytest.raises(ValueError, match="only used together with keys"):
+        query_state(0.0, plane=plane)
+    with pytest.raises(ValueError, match="length"):
+        query_state(0.0, keys=keys, plane=plane, length=0.0)
+
+
+def test_query_explorer_with_given_keys():
+    keys, values, labels = _lesson_keys()
+    plane = [[1.0, 0, 0], [0, 0, 1]]
+    kw = dict(keys=keys, values=values, plane=plane, length=4.0, labels=labels)
+    box = query_explorer(angle=0.0, **kw)
+    assert box.d_k_slider.disabled and box.d_k_slider.value == 3
+    assert "(key cat)" in box.readout.value  # angle 0 looks for a noun
+    png = box.image.value
+    box.angle_slider.value = 90.0
+    np.testing.assert_array_equal(box.state.weights, query_state(90.0, **kw).weights)
+    assert box.state.labels[int(np.argmax(box.state.weights))] in {"the", "small"}
+    assert box.image.value != png
+    box.scaled_checkbox.value = False
+    np.testing.assert_array_equal(box.state.scores, query_state(90.0, scaled=False, **kw).scores)
+
+
 # ------------------------------------------------------------------ mask editor
 
 
