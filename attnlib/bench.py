@@ -22,7 +22,6 @@ The helpers :func:`median_times` and :func:`num_threads` are used by lessons 10 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import functools
 import os
 import platform
@@ -37,6 +36,8 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch.nn import functional as F
+
+from attnlib.training import torch_threads
 
 __all__ = ["median_times", "num_threads", "machine_info", "main"]
 
@@ -70,15 +71,12 @@ def median_times(fns: dict[str, Callable[[], object]], *, repeats: int = 5, warm
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
-@contextlib.contextmanager
 def num_threads(n: int):
-    """Run a block with ``torch.set_num_threads(n)``; the previous setting is restored."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+    """Run a block with ``torch.set_num_threads(n)``; the previous setting is restored.
+
+    The same as :func:`attnlib.training.torch_threads`, under the name lessons 10-11 use.
+    """
+    return torch_threads(n)
 
 
 def machine_info() -> str:

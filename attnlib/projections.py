@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from attnlib import _backend as B
+from attnlib.core import _same_kind_and_dtype
 
 __all__ = ["QKVProjection", "linear", "project"]
 
@@ -38,19 +39,7 @@ def _check_array(fn: str, name: str, x: Any, min_ndim: int):
 
 
 def _check_together(fn: str, named: dict[str, Any]) -> None:
-    items = list(named.items())
-    first_name, first = items[0]
-    for name, x in items[1:]:
-        if B.is_torch(x) != B.is_torch(first):
-            raise TypeError(
-                f"{fn}: {B.describe(first_name, first)} and {B.describe(name, x)} mix numpy and "
-                f"torch; pass all of them as the same kind"
-            )
-        if x.dtype != first.dtype:
-            raise TypeError(
-                f"{fn}: {B.describe(first_name, first)} and {B.describe(name, x)} have different "
-                f"dtypes; convert them to one dtype first"
-            )
+    _same_kind_and_dtype(fn, named)  # the same rule, and message, as attnlib.core
 
 
 def linear(x, weight, bias=None):
