@@ -9,19 +9,15 @@ CI installs it with tools/ensure_chromium.sh.
 
 from __future__ import annotations
 
-import os
 import re
 import secrets
 import shutil
-import socket
 import subprocess
-import time
-import urllib.error
-import urllib.request
 
 import nbformat
 import pytest
-from conftest import NOTEBOOKS, ROOT, VENV_BIN
+from conftest import NOTEBOOKS
+from labserver import running_lab
 
 from attnlib.lecture import discover_lessons
 
@@ -51,12 +47,6 @@ def find_chromium() -> str | None:
     return None
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def chromium():
     path = find_chromium()
@@ -72,56 +62,8 @@ def chromium():
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    jupyter = VENV_BIN / "jupyter"
-    if not jupyter.exists():
-        pytest.fail(f"{jupyter} is missing: run `make setup` first")
-    port, token = free_port(), secrets.token_hex(16)
-    runtime = tmp_path_factory.mktemp("jupyter-runtime")
-    cmd = [
-        str(jupyter),
-        "lab",
-        "--no-browser",
-        f"--port={port}",
-        "--ip=127.0.0.1",
-        f"--IdentityProvider.token={token}",
-        f"--ServerApp.root_dir={ROOT}",
-        "--ServerApp.port_retries=0",
-        # a fresh workspace: no tabs restored from an earlier session, none saved to ~
-        f"--LabApp.workspaces_dir={runtime / 'workspaces'}",
-    ]
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        cmd.append("--allow-root")
-    env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(runtime))
-    log = (runtime / "lab.log").open("w+")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline, up = time.monotonic() + START_TIMEOUT, False
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                req = urllib.request.Request(
-                    f"{base}/api/status", headers={"Authorization": f"token {token}"}
-                )
-                with urllib.request.urlopen(req, timeout=2.0):
-                    up = True
-                    break
-            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-                time.sleep(0.5)
-        if not up:
-            log.seek(0)
-            pytest.fail(
-                f"JupyterLab did not start within {START_TIMEOUT:.0f} s "
-                f"(exit code {proc.poll()}):\n{log.read()[-3000:]}"
-            )
-        yield {"base": base, "token": token}
-    finally:
-        proc.terminate()  # shuts down the kernel the page started, too
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+    with running_lab(tmp_path_factory.mktemp("jupyter-runtime"), START_TIMEOUT) as server:
+        yield server
 
 
 def _chromium(binary: str, url: str, extra: list[str], tmp_path) -> subprocess.CompletedProcess:

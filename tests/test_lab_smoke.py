@@ -4,17 +4,13 @@ offers the course kernel. Talks to the server's REST API with the standard libra
 
 from __future__ import annotations
 
-import json
 import os
-import secrets
-import socket
-import subprocess
-import time
 import urllib.error
 import urllib.request
 
 import pytest
-from conftest import NOTEBOOKS, ROOT, VENV_BIN
+from conftest import NOTEBOOKS, VENV_BIN
+from labserver import get_json, running_lab
 
 pytestmark = pytest.mark.slow
 
@@ -22,70 +18,10 @@ pytestmark = pytest.mark.slow
 START_TIMEOUT = 90.0
 
 
-def free_port() -> int:
-    # Port 0: the OS picks a port that is free now (safe under pytest-xdist: each worker
-    # gets its own).
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def get_json(url: str, token: str, timeout: float = 5.0):
-    req = urllib.request.Request(url, headers={"Authorization": f"token {token}"})
-    with urllib.request.urlopen(req, timeout=timeout) as resp:
-        return json.loads(resp.read().decode())
-
-
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    jupyter = VENV_BIN / "jupyter"
-    if not jupyter.exists():
-        pytest.fail(f"{jupyter} is missing: run `make setup` first")
-    port, token = free_port(), secrets.token_hex(16)
-    runtime = tmp_path_factory.mktemp("jupyter-runtime")
-    cmd = [
-        str(jupyter),
-        "lab",
-        "--no-browser",
-        f"--port={port}",
-        "--ip=127.0.0.1",
-        f"--IdentityProvider.token={token}",
-        f"--ServerApp.root_dir={ROOT}",
-        "--ServerApp.port_retries=0",
-    ]
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        cmd.append("--allow-root")
-    # a private runtime dir: no clash with a lab the user is running, no stale files left
-    env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(runtime))
-    log = (runtime / "lab.log").open("w+")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + START_TIMEOUT
-        status = None
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                break
-            try:
-                status = get_json(f"{base}/api/status", token, timeout=2.0)
-                break
-            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-                time.sleep(0.5)
-        if status is None:
-            log.seek(0)
-            pytest.fail(
-                f"JupyterLab did not answer /api/status within {START_TIMEOUT:.0f} s "
-                f"(exit code {proc.poll()}):\n{log.read()[-3000:]}"
-            )
-        yield {"base": base, "token": token, "status": status}
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=15)
-        log.close()
+    with running_lab(tmp_path_factory.mktemp("jupyter-runtime"), START_TIMEOUT) as server:
+        yield server
 
 
 def test_lab_answers_status(lab):
