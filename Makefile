@@ -45,20 +45,20 @@ execute: setup
 	$(BIN)/python tools/execute_notebooks.py $(NB)
 
 student: setup
-	$(BIN)/python -m attnlib.student notebooks workbook
+	$(BIN)/python -m attnlib.course.student notebooks workbook
 
 # LESSONS="03_attention 08_masks" limits release/autograde to some lessons (default: all graded).
 release: setup
-	$(BIN)/python -m attnlib.gradebook release $(LESSONS)
+	$(BIN)/python -m attnlib.course.gradebook release $(LESSONS)
 
 autograde: setup
-	$(BIN)/python -m attnlib.gradebook autograde $(LESSONS)
+	$(BIN)/python -m attnlib.course.gradebook autograde $(LESSONS)
 
 feedback: setup
-	$(BIN)/python -m attnlib.gradebook feedback
+	$(BIN)/python -m attnlib.course.gradebook feedback
 
 bench: setup
-	$(BIN)/python -m attnlib.bench
+	$(BIN)/python -m attnlib.course.bench
 
 # Lecture mode: reveal.js, require.js, jQuery and MathJax come from npm (package-lock.json),
 # copied into build/ so that slides and handouts work without a network.
@@ -67,10 +67,10 @@ node_modules/.package-lock.json: package.json package-lock.json
 	npm ci --ignore-scripts --no-audit --no-fund
 
 slides: setup node_modules/.package-lock.json
-	$(BIN)/python -m attnlib.lecture slides
+	$(BIN)/python -m attnlib.course.lecture slides
 
 html: setup node_modules/.package-lock.json
-	$(BIN)/python -m attnlib.lecture html
+	$(BIN)/python -m attnlib.course.lecture html
 
 clean:
 	rm -rf build workbook .pytest_cache

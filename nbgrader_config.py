@@ -1,4 +1,5 @@
-"""nbgrader settings for the Key Vectors course (read by `nbgrader ...` and attnlib.gradebook).
+"""nbgrader settings for the Key Vectors course (read by `nbgrader ...` and
+attnlib.course.gradebook).
 
 The course folder is this repository. nbgrader's source folder is generated from
 notebooks/ by `make release` (build/source/<lesson>/<lesson>.ipynb, one assignment per
@@ -21,7 +22,7 @@ from nbgrader.preprocessors import (
     SaveAutoGrades,
 )
 
-from attnlib.gradebook import (
+from attnlib.course.gradebook import (
     CourseCsvExport,
     ResilientExecute,
     ShortenHiddenTracebacks,

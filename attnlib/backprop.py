@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from attnlib.core import attend
-from attnlib.lookup import one_thread, progress_bar
+from attnlib.tasks.lookup import one_thread, progress_bar
 from attnlib.training import History, train
 
 __all__ = [

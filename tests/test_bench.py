@@ -1,4 +1,4 @@
-"""`python -m attnlib.bench --quick` produces its tables (a smoke test, not a timed test)."""
+"""`python -m attnlib.course.bench --quick` produces its tables (a smoke test, not a timed test)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import subprocess
 import pytest
 import torch
 
-from attnlib.bench import main, median_times, num_threads
+from attnlib.course.bench import main
+from attnlib.timing import median_times
+from attnlib.training import torch_threads
 
 
 def test_quick_bench_prints_every_table(capsys):
@@ -29,7 +31,7 @@ def test_quick_bench_prints_every_table(capsys):
 @pytest.mark.slow
 def test_module_runs_as_a_script(root, python):
     proc = subprocess.run(
-        [python, "-m", "attnlib.bench", "--help"],
+        [python, "-m", "attnlib.course.bench", "--help"],
         cwd=root,
         capture_output=True,
         text=True,
@@ -39,13 +41,13 @@ def test_module_runs_as_a_script(root, python):
     assert proc.returncode == 0 and "--quick" in proc.stdout
 
 
-def test_median_times_runs_interleaved_and_num_threads_restores():
+def test_median_times_runs_interleaved_and_torch_threads_restores():
     calls = []
     t = median_times({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, repeats=3)
     assert calls == ["a", "b"] * 4  # one warm-up round, then 3 timed rounds, interleaved
     assert set(t) == {"a", "b"} and all(v >= 0 for v in t.values())
     before = torch.get_num_threads()
-    with num_threads(1):
+    with torch_threads(1):
         assert torch.get_num_threads() == 1
     assert torch.get_num_threads() == before
     with pytest.raises(ValueError, match="repeats"):

@@ -19,7 +19,7 @@ import pytest
 from conftest import NOTEBOOKS
 from labserver import running_lab
 
-from attnlib.lecture import discover_lessons
+from attnlib.course.lecture import discover_lessons
 
 pytestmark = pytest.mark.slow
 

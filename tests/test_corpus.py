@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from attnlib import corpus
+from attnlib.tasks import corpus
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +23,8 @@ def test_command_line_regenerates_it(tmp_path, python):
     import subprocess
 
     target = tmp_path / "c.tsv"
-    subprocess.run([python, "-m", "attnlib.corpus", str(target)], check=True, capture_output=True)
+    cmd = [python, "-m", "attnlib.tasks.corpus", str(target)]
+    subprocess.run(cmd, check=True, capture_output=True)
     assert target.read_bytes() == corpus.CORPUS_PATH.read_bytes()
 
 
@@ -105,7 +106,7 @@ def test_swap_subject_number_changes_only_the_subject(sentences):
 def test_bad_input_is_refused(tmp_path):
     with pytest.raises(ValueError, match="n_sentences"):
         corpus.generate(0)
-    with pytest.raises(FileNotFoundError, match="attnlib.corpus"):
+    with pytest.raises(FileNotFoundError, match="attnlib.tasks.corpus"):
         corpus.load_corpus(tmp_path / "missing.tsv")
     bad = tmp_path / "bad.tsv"
     bad.write_text("a\tb\n", encoding="utf-8")

@@ -144,7 +144,7 @@ def test_backward_cases_include_square_and_non_square_scores():
 
 def test_calling_the_reference_is_refused():
     from attnlib.backprop import attention_backward
-    from attnlib.lookup import lookup_batch
+    from attnlib.tasks.lookup import lookup_batch
 
     with pytest.raises(AssertionError, match="calls the course's reference"):
         checks.check("attention_backward", lambda q, k, v, d: attention_backward(q, k, v, d))

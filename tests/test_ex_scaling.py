@@ -14,8 +14,9 @@ import pytest
 import torch
 
 import attnlib
-from attnlib import checks, scaling
+from attnlib import checks
 from attnlib.checks import get_exercise
+from attnlib.tasks import scaling
 
 EXERCISES = ("score_variance", "softmax_jacobian", "choose_scale")
 

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from attnlib import checks
-from attnlib import syntax_model as sm
 from attnlib.checks import get_exercise
+from attnlib.tasks import syntax as sm
 
 EXERCISES = ("probe_accuracy", "attention_on")
 

@@ -2,7 +2,7 @@
 
 Two fixture lessons (tests/nbfixtures.py: softmax 1 point + attend 2 points; causal_mask
 1 + padding_mask 1) are released into a temporary course folder; one submission per
-scenario is graded in ONE autograde run (nbgrader in-process through attnlib.gradebook,
+scenario is graded in ONE autograde run (nbgrader in-process through attnlib.course.gradebook,
 with the repository's nbgrader_config.py), then feedback is generated. Then every graded
 lesson in notebooks/ goes through the same flow: its instructor version scores full
 marks, its untouched release scores 0, `nbgrader validate` passes on the source and
@@ -22,8 +22,9 @@ import pytest
 from nbfixtures import LESSONS, hidden_lines, reference_source, set_solution, solution_lines
 from nbfixtures import write_lessons as write_fixture_lessons
 
-from attnlib import gradebook
 from attnlib.checks.grading import TAMPER_TAG
+from attnlib.course import gradebook
+from attnlib.course.lessons import lesson_paths
 
 pytestmark = [
     pytest.mark.grading,
@@ -445,7 +446,7 @@ def test_the_audit_flags_tampering_but_not_ordinary_solutions():
 # ----------------------------------------------------------------------------------------
 
 LESSON_PATHS = [
-    p for p in sorted((ROOT / "notebooks").glob(gradebook.LESSON_GLOB)) if gradebook.is_graded(p)
+    p for p in lesson_paths(ROOT / "notebooks") if gradebook.is_graded(p)
 ]
 
 

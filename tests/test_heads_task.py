@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnlib.heads_task import (
+from attnlib.tasks.two_heads import (
     HeadsTask,
     HeadsTaskModel,
     attention_shares,

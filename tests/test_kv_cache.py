@@ -11,14 +11,14 @@ import torch
 from torch.nn import functional as F
 
 import attnlib
-from attnlib.bench import num_threads
 from attnlib.kv_cache import KVCache, TinyDecoder, generate, grouped_attend, kv_cache_bytes
+from attnlib.training import torch_threads
 
 
 @pytest.fixture(autouse=True)
 def _one_thread():
     # tiny per-token operations: threads only add synchronisation cost on a busy machine
-    with num_threads(1):
+    with torch_threads(1):
         yield
 
 

@@ -1,4 +1,4 @@
-"""attnlib.lookup: the generated lookup task of lesson 05 and its one-head model (and the
+"""attnlib.tasks.lookup: the generated lookup task of lesson 05 and its one-head model (and the
 figures of lessons 05-06 in attnlib.plot._learning).
 
 Oracles: a plain Python loop for the encoding, torch's scaled_dot_product_attention for
@@ -16,8 +16,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnlib import lookup as L
 from attnlib import plot
+from attnlib.tasks import lookup as L
 
 
 def _loop_encoding(names, numbers, query_pos, n_names, n_numbers):

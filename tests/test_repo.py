@@ -49,8 +49,13 @@ def test_pyproject_declares_the_attnlib_package():
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert meta["project"]["name"] == "attnlib"
     assert meta["project"]["requires-python"].startswith(">=3.11")
-    include = meta["tool"]["setuptools"]["packages"]["find"]["include"]
-    assert any(re.fullmatch(pat.replace("*", ".*"), "attnlib") for pat in include)
+    packages = meta["tool"]["setuptools"]["packages"]
+    on_disk = {
+        "attnlib" + "".join("." + part for part in init.parent.relative_to(ROOT / "attnlib").parts)
+        for init in (ROOT / "attnlib").rglob("__init__.py")
+    }
+    assert set(packages) == on_disk | {"attnlib.data"}, "pyproject's package list is out of date"
+    assert meta["tool"]["setuptools"]["package-dir"] == {"attnlib.data": "data"}
     # and it is installed (editable) into the environment the tests run in
     spec = importlib.util.find_spec("attnlib")
     assert spec is not None and spec.origin is not None

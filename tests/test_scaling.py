@@ -1,4 +1,4 @@
-"""attnlib.scaling against independent computations: autograd (fp64), closed forms,
+"""attnlib.tasks.scaling against independent computations: autograd (fp64), closed forms,
 Monte Carlo of the sampling error, brute force, and repeated runs of the lesson's claims
 on seeds the lesson does not use."""
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import attnlib
-from attnlib import scaling
+from attnlib.tasks import scaling
 
 # ----------------------------------------------------------------------------------------
 # Variance of a dot product and the tolerance of a sample variance.

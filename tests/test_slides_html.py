@@ -1,4 +1,4 @@
-"""`make slides` / `make html` (attnlib.lecture): offline reveal.js decks and handouts.
+"""`make slides` / `make html` (attnlib.course.lecture): offline reveal.js decks and handouts.
 
 The builds run on copies of two real lessons in a temporary folder (all lessons take a
 minute; `make slides`/`make html` build them all). Built pages are parsed with
@@ -16,7 +16,7 @@ import nbformat
 import pytest
 from conftest import NOTEBOOKS, ROOT
 
-from attnlib.lecture import (
+from attnlib.course.lecture import (
     build_handouts,
     build_slides,
     discover_lessons,

@@ -15,7 +15,7 @@ import nbformat
 import pytest
 from nbfixtures import hidden_lines, set_solution, solution_lines, write_lessons
 
-from attnlib import student
+from attnlib.course import student
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
@@ -127,7 +127,7 @@ def test_no_lessons_is_an_error(tmp_path):
 def test_make_student_on_every_lesson(tmp_path, root, python):
     wb = tmp_path / "workbook"
     run = subprocess.run(
-        [python, "-m", "attnlib.student", str(root / "notebooks"), str(wb)],
+        [python, "-m", "attnlib.course.student", str(root / "notebooks"), str(wb)],
         capture_output=True,
         text=True,
         check=True,

@@ -17,8 +17,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnlib import corpus
-from attnlib import syntax_model as sm
+from attnlib.tasks import corpus
+from attnlib.tasks import syntax as sm
 
 
 @pytest.fixture(scope="module")
@@ -174,7 +174,7 @@ def test_bad_input_is_refused(model, test_data):
 def test_training_command_reproduces_the_stated_accuracy(tmp_path, python):
     out = tmp_path / "w.pt"
     res = subprocess.run(
-        [python, "-m", "attnlib.syntax_model", "--train", "--out", str(out)],
+        [python, "-m", "attnlib.tasks.syntax", "--train", "--out", str(out)],
         check=True,
         capture_output=True,
         text=True,

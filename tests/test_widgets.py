@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import attnlib
-from attnlib.widgets import D_K_CHOICES, explorer_state, render_png, scaling_explorer
+from attnlib.explorers.scale import D_K_CHOICES, explorer_state, render_png, scaling_explorer
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -24,7 +24,7 @@ from torch import nn
 
 from attnlib.backprop import attention_backward as _attention_backward
 from attnlib.checks._core import Case, Exercise, Misconception, register
-from attnlib.lookup import lookup_batch as _lookup_batch
+from attnlib.tasks.lookup import lookup_batch as _lookup_batch
 
 # ----------------------------------------------------------------------------------------
 # lookup_batch(names, numbers, query_pos, n_names, n_numbers) -> (tokens, query, target)
@@ -105,7 +105,7 @@ register(
         reference=_lookup_batch,
         make_cases=_lookup_cases,
         make_hidden_cases=_lookup_hidden_cases,
-        forbidden=("attnlib.lookup.lookup_batch", "attnlib.lookup.sample_lookup"),
+        forbidden=("attnlib.tasks.lookup.lookup_batch", "attnlib.tasks.lookup.sample_lookup"),
         misconceptions=(
             Misconception(
                 "target-from-wrong-token",

@@ -19,8 +19,8 @@ import numpy as np
 
 from attnlib.checks._core import Case, Exercise, Misconception, register
 from attnlib.core import softmax as _softmax
-from attnlib.scaling import choose_scale as _choose_scale
-from attnlib.scaling import softmax_jacobian as _softmax_jacobian
+from attnlib.tasks.scaling import choose_scale as _choose_scale
+from attnlib.tasks.scaling import softmax_jacobian as _softmax_jacobian
 
 # ----------------------------------------------------------------------------------------
 # score_variance(d_k, scale=1.0, var_q=1.0, var_k=1.0) -> float
@@ -51,7 +51,7 @@ register(
         make_cases=_variance_cases,
         rtol=1e-9,
         atol=1e-12,
-        forbidden=("attnlib.scaling.predicted_score_variance",),
+        forbidden=("attnlib.tasks.scaling.predicted_score_variance",),
         misconceptions=(
             Misconception(
                 "variance-is-sqrt-dk",
@@ -128,7 +128,7 @@ register(
         make_cases=_jacobian_cases,
         rtol=1e-7,
         atol=1e-10,
-        forbidden=("attnlib.scaling.softmax_jacobian",),
+        forbidden=("attnlib.tasks.scaling.softmax_jacobian",),
         misconceptions=(
             Misconception(
                 "jacobian-missing-outer",
@@ -235,7 +235,7 @@ register(
         make_cases=_scale_cases,
         rtol=1e-4,
         atol=1e-9,
-        forbidden=("attnlib.scaling.choose_scale",),
+        forbidden=("attnlib.tasks.scaling.choose_scale",),
         misconceptions=(
             Misconception(
                 "entropy-in-bits",

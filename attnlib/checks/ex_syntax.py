@@ -18,7 +18,7 @@ import torch
 
 from attnlib.checks._core import Case, Exercise, Misconception, register
 
-# References written here, apart from attnlib.syntax_model (which learners must not call);
+# References written here, apart from attnlib.tasks.syntax (which learners must not call);
 # tests/test_ex_syntax.py proves them equal.
 
 
@@ -115,9 +115,9 @@ register(
         rtol=0.0,
         atol=1e-9,
         forbidden=(
-            "attnlib.syntax_model.probe_accuracy",
-            "attnlib.syntax_model.fit_probe",
-            "attnlib.syntax_model.probe_predict",
+            "attnlib.tasks.syntax.probe_accuracy",
+            "attnlib.tasks.syntax.fit_probe",
+            "attnlib.tasks.syntax.probe_predict",
         ),
         misconceptions=(
             Misconception(
@@ -200,7 +200,7 @@ register(
         reference=_attention_reference,
         make_cases=_attention_cases,
         make_hidden_cases=_attention_hidden_cases,
-        forbidden=("attnlib.syntax_model.attention_on",),
+        forbidden=("attnlib.tasks.syntax.attention_on",),
         misconceptions=(
             Misconception(
                 "index-broadcast",

@@ -20,7 +20,7 @@ module is what :func:`attnlib.checks.check_hidden` calls. :func:`verify`
 
 A determined learner controls their own kernel and can still defeat any check that runs
 in it (for example by replacing ``check_hidden`` before the test cell runs). That is why
-the grading driver (:mod:`attnlib.gradebook`) also audits the submitted source outside the
+the grading driver (:mod:`attnlib.course.gradebook`) also audits the submitted source outside the
 kernel and flags such submissions for manual review. The failure messages carry tags the
 driver reads: ``[needs-review]`` (tampering) and ``[calls-reference]``.
 """
@@ -28,6 +28,7 @@ driver reads: ``[needs-review]`` (tampering) and ``[calls-reference]``.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 import sysconfig
 import types
@@ -91,6 +92,10 @@ def _trusted_roots() -> tuple[str, ...]:
     roots = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
     roots |= {str(Path(r).resolve()) for r in list(roots)}
     roots |= {_ATTNLIB_DIR, sys.base_prefix, sys.prefix}
+    # The shipped data (data/ in a checkout) is installed as the package attnlib.data.
+    data = importlib.util.find_spec(_PACKAGE + ".data")
+    if data is not None and data.submodule_search_locations:
+        roots |= {str(Path(p).resolve()) for p in data.submodule_search_locations}
     return tuple(sorted(r for r in roots if r))
 
 

@@ -1,6 +1,6 @@
 """Figures of lesson 04: why the scores are divided by √d_k.
 
-Every function takes its measurements as arrays (see :mod:`attnlib.scaling`), draws in
+Every function takes its measurements as arrays (see :mod:`attnlib.tasks.scaling`), draws in
 the course style, and returns the Axes or Figure; none calls ``plt.show()``.
 """
 
@@ -141,7 +141,7 @@ def saturation_vs_width(d_ks, scaled, unscaled, *, seq_k: int):
     ----------
     d_ks : sequence of int
     scaled, unscaled : RowStats with fields of shape (len(d_ks), n_rows)
-        From :func:`attnlib.scaling.width_sweep`. Lines are means over the rows, bands
+        From :func:`attnlib.tasks.scaling.width_sweep`. Lines are means over the rows, bands
         the 10th–90th percentiles.
     seq_k : int
         Keys per row; ``log(seq_k)`` is the entropy of uniform weights.
@@ -212,7 +212,7 @@ def temperature_sweep(scales, stats, *, mark: float, seq_k: int, ax=None):
     scales : array-like of shape (n_scales,)
         Multipliers of the raw dot products.
     stats : RowStats with fields of shape (n_scales, n_rows)
-        From :func:`attnlib.scaling.temperature_sweep`.
+        From :func:`attnlib.tasks.scaling.temperature_sweep`.
     mark : float
         The scale to mark (1/√d_k).
     seq_k : int
@@ -272,7 +272,7 @@ def training_curves(histories: Mapping[str, object], *, colors: Sequence[str] | 
     ----------
     histories : mapping label -> History
         Each with ``loss``, ``grad/W_Q`` and ``grad/W_K`` (see
-        :func:`attnlib.scaling.train_retrieval`).
+        :func:`attnlib.tasks.scaling.train_retrieval`).
 
     Returns
     -------
@@ -345,7 +345,7 @@ def explorer_view(state, axes=None):
     Parameters
     ----------
     state : ExplorerState
-        From :func:`attnlib.widgets.explorer_state`.
+        From :func:`attnlib.explorers.scale.explorer_state`.
     axes : pair of Axes, optional
     """
     if axes is None:

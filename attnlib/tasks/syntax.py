@@ -1,6 +1,6 @@
 """A tiny two-layer attention model for subject-verb agreement, and the tools to take it apart.
 
-The task (lesson 09): the main verb of each sentence of :mod:`attnlib.corpus` is hidden
+The task (lesson 09): the main verb of each sentence of :mod:`attnlib.tasks.corpus` is hidden
 behind a ``[V]`` token, and the model must say whether it should be singular or plural.
 The answer is the number of the subject head noun — not of the nearest noun, not of the
 attractor inside the subject's modifier ("the key to the cabinets [V]"), and not of a
@@ -18,7 +18,7 @@ The model::
 The decision reaches the readout *only* through the second layer's values at the
 positions the verb attends to, so the second layer's keys (where to look) and values
 (what is carried) can be probed and swapped one at a time. Run
-``python -m attnlib.syntax_model --train --out data/syntax_model.pt`` to retrain the
+``python -m attnlib.tasks.syntax --train --out data/syntax_model.pt`` to retrain the
 weights shipped in ``data/``.
 """
 
@@ -34,7 +34,8 @@ import torch
 from torch import nn
 
 from attnlib.core import attend
-from attnlib.corpus import CORPUS_PATH, DATA_DIR, ROLES, Sentence, load_corpus, vocabulary
+from attnlib.tasks.corpus import CORPUS_PATH, ROLES, Sentence, load_corpus, vocabulary
+from attnlib.tasks.shipped import data_file
 
 __all__ = [
     "WEIGHTS_PATH",
@@ -56,7 +57,7 @@ __all__ = [
     "patch_values",
 ]
 
-WEIGHTS_PATH = DATA_DIR / "syntax_model.pt"
+WEIGHTS_PATH = data_file("syntax_model.pt")
 SPECIALS = ("[PAD]", "[V]")
 N_TRAIN = 2400  # sentences 0..2399 train, the rest are held out
 CONFIG = {"d_model": 32, "n_heads": 4, "n_heads_1": 4, "max_len": 16}
@@ -79,7 +80,7 @@ class Encoded:
     mask : BoolTensor of shape (batch, seq)
         True at real tokens (True = may attend).
     roles, numbers : LongTensor of shape (batch, seq)
-        Role index into :data:`attnlib.corpus.ROLES` (-1 at padding); number 0 = sg,
+        Role index into :data:`attnlib.tasks.corpus.ROLES` (-1 at padding); number 0 = sg,
         1 = pl, -1 = none.
     verb, subject, attractor : LongTensor of shape (batch,)
         Positions (attractor -1 when the sentence has none).
@@ -287,7 +288,7 @@ def load_model(path: str | Path = WEIGHTS_PATH) -> SyntaxModel:
     if not path.exists():
         raise FileNotFoundError(
             f"load_model: {path} does not exist; train it with "
-            "`python -m attnlib.syntax_model --train --out data/syntax_model.pt`"
+            "`python -m attnlib.tasks.syntax --train --out data/syntax_model.pt`"
         )
     model = SyntaxModel()
     model.load_state_dict(torch.load(path, weights_only=True))
@@ -356,7 +357,7 @@ def patch_values(model: SyntaxModel, data: Encoded, donor: Encoded, positions) -
     """Second-layer values of ``data`` with some positions taken from a ``donor`` run.
 
     ``donor`` is the same sentences with one change (e.g. the subject in the other number,
-    :func:`attnlib.corpus.swap_subject_number`). ``positions`` is a LongTensor of shape
+    :func:`attnlib.tasks.corpus.swap_subject_number`). ``positions`` is a LongTensor of shape
     (batch,) or a BoolTensor of shape (batch, seq) marking the positions to patch.
     Returns values of shape (batch, n_heads, seq, d_head), to pass as
     ``model(data, values=...)``.

@@ -1,11 +1,11 @@
 """Graded exercises with nbgrader: release, autograde, export, feedback — for course staff.
 
-    python -m attnlib.gradebook release              # build/source from notebooks/, then release/
-    python -m attnlib.gradebook autograde            # grade submitted/<student>/<lesson>/, export
-    python -m attnlib.gradebook export [--to F.csv]  # gradebook CSV (with status and review flags)
-    python -m attnlib.gradebook feedback             # feedback/<student>/<lesson>/<lesson>.html
-    python -m attnlib.gradebook validate             # nbgrader validate on every source lesson,
-                                                     # validate --invert on every release
+    python -m attnlib.course.gradebook release      # build/source from notebooks/, then release/
+    python -m attnlib.course.gradebook autograde    # grade submitted/<student>/<lesson>/, export
+    python -m attnlib.course.gradebook export       # gradebook CSV [--to F.csv], review flags
+    python -m attnlib.course.gradebook feedback     # feedback/<student>/<lesson>/<lesson>.html
+    python -m attnlib.course.gradebook validate     # nbgrader validate on every source lesson,
+                                                    # validate --invert on every release
 
 ``make release``, ``make autograde`` and ``make feedback`` call these. The course folder is
 the repository root (``nbgrader_config.py`` there holds the settings); nbgrader's source
@@ -57,8 +57,8 @@ from nbgrader.plugins import ExportPlugin
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 from traitlets import Integer
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-LESSON_GLOB = "[0-9][0-9]_*.ipynb"
+from attnlib.course.lessons import course_root, lesson_paths
+
 REPORT_NAME = "grading_report.json"
 SOURCE_DIR = Path("build") / "source"
 
@@ -213,10 +213,6 @@ class ShortenHiddenTracebacks(NbGraderPreprocessor):
 # ----------------------------------------------------------------------------------------
 
 
-def lesson_notebooks(notebooks: Path) -> list[Path]:
-    return sorted(Path(notebooks).glob(LESSON_GLOB))
-
-
 def is_graded(path: Path) -> bool:
     nb = nbformat.read(path, as_version=4)
     return any(c.get("metadata", {}).get("nbgrader", {}).get("grade", False) for c in nb.cells)
@@ -226,7 +222,7 @@ def build_source(notebooks: Path, course: Path) -> list[str]:
     """Copy every graded lesson to build/source/<lesson>/<lesson>.ipynb; return the names."""
     source = Path(course) / SOURCE_DIR
     names = []
-    for path in lesson_notebooks(notebooks):
+    for path in lesson_paths(notebooks):
         if not is_graded(path):
             continue
         names.append(path.stem)
@@ -255,7 +251,7 @@ def load_config(course: Path, timeout: int | None = None):
     from traitlets.config.loader import PyFileConfigLoader
 
     _venv_on_path()
-    cfg = PyFileConfigLoader("nbgrader_config.py", path=str(REPO_ROOT)).load_config()
+    cfg = PyFileConfigLoader("nbgrader_config.py", path=str(course_root())).load_config()
     cfg.CourseDirectory.root = str(Path(course).resolve())
     if timeout is not None:
         cfg.Execute.timeout = int(timeout)
@@ -814,7 +810,7 @@ def validate(course: Path, notebooks: Path, echo=print) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m attnlib.gradebook",
+        prog="python -m attnlib.course.gradebook",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -822,12 +818,16 @@ def main(argv: list[str] | None = None) -> int:
         "command", choices=["build", "release", "autograde", "export", "feedback", "validate"]
     )
     parser.add_argument("names", nargs="*", help="lessons (default: every graded lesson)")
-    parser.add_argument("--course", type=Path, default=REPO_ROOT, help="nbgrader course folder")
-    parser.add_argument("--notebooks", type=Path, default=REPO_ROOT / "notebooks")
+    parser.add_argument("--course", type=Path, default=None, help="nbgrader course folder")
+    parser.add_argument("--notebooks", type=Path, default=None, help="default: COURSE/notebooks")
     parser.add_argument("--timeout", type=int, default=None, help="seconds per cell")
     parser.add_argument("--student", action="append", default=None, help="only this student")
     parser.add_argument("--to", type=Path, default=None, help="CSV file (default grades.csv)")
     args = parser.parse_args(argv)
+    if args.course is None:
+        args.course = course_root()
+    if args.notebooks is None:
+        args.notebooks = args.course / "notebooks"
     if args.command == "build":
         for n in build_source(args.notebooks, args.course):
             print(n)

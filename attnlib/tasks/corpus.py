@@ -25,6 +25,8 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from attnlib.tasks.shipped import data_file
+
 __all__ = [
     "DATA_DIR",
     "CORPUS_PATH",
@@ -40,8 +42,8 @@ __all__ = [
     "vocabulary",
 ]
 
-DATA_DIR = Path(__file__).resolve().parents[1] / "data"
-CORPUS_PATH = DATA_DIR / "agreement_corpus.tsv"
+CORPUS_PATH = data_file("agreement_corpus.tsv")
+DATA_DIR = CORPUS_PATH.parent
 SEED = 9
 N_SENTENCES = 3000
 
@@ -209,7 +211,7 @@ def load_corpus(path: str | Path = CORPUS_PATH) -> list[Sentence]:
     if not path.exists():
         raise FileNotFoundError(
             f"load_corpus: {path} does not exist; regenerate it with "
-            "`python -m attnlib.corpus` (see data/README.md)"
+            "`python -m attnlib.tasks.corpus` (see data/README.md)"
         )
     lines = path.read_text(encoding="utf-8").splitlines()
     if not lines or tuple(lines[0].split("\t")) != COLUMNS:
@@ -252,7 +254,7 @@ def vocabulary() -> tuple[str, ...]:
     return tuple(words)
 
 
-if __name__ == "__main__":  # python -m attnlib.corpus [PATH]
+if __name__ == "__main__":  # python -m attnlib.tasks.corpus [PATH]
     import sys
 
     target = write_corpus(sys.argv[1] if len(sys.argv) > 1 else CORPUS_PATH)

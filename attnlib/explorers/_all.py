@@ -1,4 +1,4 @@
-"""More interactive explorers for lectures (ipywidgets), beside :mod:`attnlib.widgets`.
+"""More interactive explorers for lectures (ipywidgets), beside :mod:`attnlib.explorers.scale`.
 
 Each explorer comes in two parts, so it can be tested without a browser:
 

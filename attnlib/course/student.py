@@ -1,4 +1,4 @@
-"""Student versions of the lessons: ``python -m attnlib.student notebooks workbook``.
+"""Student versions of the lessons: ``python -m attnlib.course.student notebooks workbook``.
 
 ``make student`` runs this. For every lesson ``notebooks/NN_topic.ipynb`` it writes
 ``workbook/NN_topic.ipynb`` with
@@ -27,7 +27,8 @@ from pathlib import Path
 
 import nbformat
 
-LESSON_GLOB = "[0-9][0-9]_*.ipynb"
+from attnlib.course.lessons import lesson_paths
+
 MANIFEST = ".generated.json"
 
 
@@ -68,9 +69,9 @@ class Result:
 def generate(notebooks: Path, workbook: Path) -> Result:
     """Write student versions of every lesson in ``notebooks`` into ``workbook``."""
     notebooks, workbook = Path(notebooks), Path(workbook)
-    lessons = sorted(notebooks.glob(LESSON_GLOB))
+    lessons = lesson_paths(notebooks) if notebooks.is_dir() else []
     if not lessons:
-        raise SystemExit(f"no lessons ({LESSON_GLOB}) in {notebooks}")
+        raise SystemExit(f"no lessons (NN_name.ipynb) in {notebooks}")
     workbook.mkdir(parents=True, exist_ok=True)
     manifest_path = workbook / MANIFEST
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
@@ -102,7 +103,7 @@ def generate(notebooks: Path, workbook: Path) -> Result:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 2:
-        print("usage: python -m attnlib.student NOTEBOOKS_DIR WORKBOOK_DIR", file=sys.stderr)
+        print("usage: python -m attnlib.course.student NOTEBOOKS_DIR WORKBOOK_DIR", file=sys.stderr)
         return 2
     result = generate(Path(argv[0]), Path(argv[1]))
     for p in result.written:

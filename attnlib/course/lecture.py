@@ -1,7 +1,8 @@
 """Lecture mode: reveal.js slides and standalone HTML handouts from the lessons.
 
-``python -m attnlib.lecture slides`` (``make slides``) and ``python -m attnlib.lecture html``
-(``make html``) turn every lesson ``notebooks/NN_*.ipynb`` into
+``python -m attnlib.course.lecture slides`` (``make slides``) and
+``python -m attnlib.course.lecture html`` (``make html``) turn every lesson
+``notebooks/NN_*.ipynb`` into
 
 * ``build/slides/NN_*.slides.html`` — a reveal.js deck built from the cells' slideshow
   metadata (``slide``/``subslide``/``fragment``/``-``/``skip``), and
@@ -25,9 +26,10 @@ import html
 import re
 import shutil
 import sys
-from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
+
+from attnlib.course.lessons import Lesson, course_root, discover_lessons, lesson_info
 
 __all__ = [
     "Lesson",
@@ -40,11 +42,7 @@ __all__ = [
     "without_solutions",
 ]
 
-ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES = Path(__file__).resolve().parent / "lecture_templates"
-LESSON_RE = re.compile(r"^(\d\d)_[A-Za-z0-9_]+\.ipynb$")
-HEADING_RE = re.compile(r"^#\s+(.+?)\s*#*\s*$", re.MULTILINE)
-TIME_RE = re.compile(r"\*\*Time\*\*\s*:?\s*(.+)")
 
 # What is copied from node_modules into the build folder: (source in node_modules, dest).
 # MathJax 2 is 73 MB on npm; the TeX → CommonHTML path the templates use needs ~5 MB of it.
@@ -68,65 +66,6 @@ LOCAL_URLS = {
     "jquery_url": "vendor/jquery.min.js",
     "mathjax_url": "vendor/mathjax/MathJax.js?config=TeX-AMS_CHTML-full,Safe",
 }
-
-
-@dataclass(frozen=True)
-class Lesson:
-    """One lesson notebook.
-
-    Attributes
-    ----------
-    path : Path — the ``NN_name.ipynb`` file.
-    number : str — ``"NN"``.
-    title : str — the text of the notebook's first ``# heading``.
-    time : str — the lesson's ``**Time**:`` line (``""`` if it has none).
-    """
-
-    path: Path
-    number: str
-    title: str
-    time: str
-
-    @property
-    def stem(self) -> str:
-        return self.path.stem
-
-
-def lesson_info(path: str | Path) -> Lesson:
-    """Read a lesson's number, title (first ``# heading``) and time estimate.
-
-    The time is the first ``**Time**:`` line of a markdown cell that is not an exercise
-    (exercise cells carry their own ``**Time**`` beside a ``**Difficulty**``).
-    """
-    import nbformat
-
-    path = Path(path)
-    m = LESSON_RE.match(path.name)
-    if m is None:
-        raise ValueError(f"lesson_info: {path.name!r} is not named like a lesson (NN_name.ipynb)")
-    nb = nbformat.read(path, as_version=4)
-    title, time = None, ""
-    for cell in nb.cells:
-        if cell.cell_type != "markdown":
-            continue
-        if title is None and (h := HEADING_RE.search(cell.source)):
-            title = h.group(1).strip()
-        if not time and "**Difficulty**" not in cell.source and (t := TIME_RE.search(cell.source)):
-            time = t.group(1).strip().rstrip(".")
-        if title is not None and time:
-            break
-    if title is None:
-        raise ValueError(f"lesson_info: {path} has no '# heading' in any markdown cell")
-    return Lesson(path=path, number=m.group(1), title=title, time=time)
-
-
-def discover_lessons(notebooks: str | Path) -> list[Lesson]:
-    """Every ``NN_name.ipynb`` in ``notebooks``, in lesson order (by file name)."""
-    notebooks = Path(notebooks)
-    if not notebooks.is_dir():
-        raise FileNotFoundError(f"discover_lessons: notebooks folder {notebooks} does not exist")
-    paths = sorted(p for p in notebooks.iterdir() if LESSON_RE.match(p.name))
-    return [lesson_info(p) for p in paths]
 
 
 # ---------------------------------------------------------------------------- HTML checks
@@ -250,11 +189,11 @@ def without_solutions(nb):
     """``nb`` with exercise solutions hidden, every other stored output kept (a new notebook).
 
     Solution regions become ``raise NotImplementedError()`` and hidden tests go, as in the
-    learners' copies (:func:`attnlib.student.student_version`); the outputs of solution
+    learners' copies (:func:`attnlib.course.student.student_version`); the outputs of solution
     cells are dropped, since they would give the answer away. Checks keep their output
     (what a passing check prints).
     """
-    from attnlib.student import student_version
+    from attnlib.course.student import student_version
 
     student = student_version(nb)
     if len(student.cells) != len(nb.cells):
@@ -290,6 +229,16 @@ def _export(
     return written
 
 
+def _paths(notebooks, out, node_modules, kind: str) -> tuple[Path, Path, Path]:
+    """Default folders: the course checkout's notebooks/, build/<kind>/ and node_modules/."""
+    if notebooks is None or out is None or node_modules is None:
+        root = course_root()
+        notebooks = root / "notebooks" if notebooks is None else notebooks
+        out = root / "build" / kind if out is None else out
+        node_modules = root / "node_modules" if node_modules is None else node_modules
+    return Path(notebooks), Path(out), Path(node_modules)
+
+
 def _lessons_or_fail(notebooks: Path) -> list[Lesson]:
     lessons = discover_lessons(notebooks)
     if not lessons:
@@ -298,9 +247,9 @@ def _lessons_or_fail(notebooks: Path) -> list[Lesson]:
 
 
 def build_slides(
-    notebooks: str | Path = ROOT / "notebooks",
-    out: str | Path = ROOT / "build" / "slides",
-    node_modules: str | Path = ROOT / "node_modules",
+    notebooks: str | Path | None = None,
+    out: str | Path | None = None,
+    node_modules: str | Path | None = None,
     *,
     solutions: bool = False,
 ) -> list[Path]:
@@ -310,7 +259,7 @@ def build_slides(
     The decks use the cells' slideshow metadata and load reveal.js, require.js, jQuery and
     MathJax from ``out/reveal.js`` and ``out/vendor`` (copied from ``node_modules``).
     """
-    out, notebooks = Path(out), Path(notebooks)
+    notebooks, out, node_modules = _paths(notebooks, out, node_modules, "slides")
     lessons = _lessons_or_fail(notebooks)
     out.mkdir(parents=True, exist_ok=True)
     _copy_assets(Path(node_modules), out, REVEAL_FILES + VENDOR_FILES)
@@ -320,9 +269,9 @@ def build_slides(
 
 
 def build_handouts(
-    notebooks: str | Path = ROOT / "notebooks",
-    out: str | Path = ROOT / "build" / "html",
-    node_modules: str | Path = ROOT / "node_modules",
+    notebooks: str | Path | None = None,
+    out: str | Path | None = None,
+    node_modules: str | Path | None = None,
     *,
     solutions: bool = False,
 ) -> list[Path]:
@@ -332,7 +281,7 @@ def build_handouts(
     ``data:image/png``. Exercise solutions are hidden unless ``solutions=True`` (see
     :func:`without_solutions`). Returns the lesson pages written (without the index).
     """
-    out, notebooks = Path(out), Path(notebooks)
+    notebooks, out, node_modules = _paths(notebooks, out, node_modules, "html")
     lessons = _lessons_or_fail(notebooks)
     out.mkdir(parents=True, exist_ok=True)
     _copy_assets(Path(node_modules), out, VENDOR_FILES)
@@ -383,19 +332,20 @@ def _write_index(out: Path, lessons: list[Lesson], suffix: str, what: str) -> No
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m attnlib.lecture", description="Build lecture slides or HTML handouts."
+        prog="python -m attnlib.course.lecture",
+        description="Build lecture slides or HTML handouts.",
     )
     parser.add_argument("what", choices=["slides", "html"])
-    parser.add_argument("--notebooks", default=str(ROOT / "notebooks"))
+    parser.add_argument("--notebooks", default=None, help="default: the course's notebooks/")
     parser.add_argument("--out", default=None, help="default: build/slides or build/html")
-    parser.add_argument("--node-modules", default=str(ROOT / "node_modules"))
+    parser.add_argument("--node-modules", default=None)
     parser.add_argument(
         "--solutions", action="store_true", help="keep exercise solutions (instructor copy)"
     )
     args = parser.parse_args(argv)
     build = build_slides if args.what == "slides" else build_handouts
-    out = args.out or str(ROOT / "build" / args.what)
-    written = build(args.notebooks, out, args.node_modules, solutions=args.solutions)
+    notebooks, out, node_modules = _paths(args.notebooks, args.out, args.node_modules, args.what)
+    written = build(notebooks, out, node_modules, solutions=args.solutions)
     for p in written:
         print(p.relative_to(Path.cwd()) if p.is_relative_to(Path.cwd()) else p)
     print(f"{len(written)} lessons → {out}/index.html", file=sys.stderr)

@@ -24,7 +24,7 @@ from functools import lru_cache
 import numpy as np
 
 from attnlib.core import softmax
-from attnlib.scaling import softmax_entropy, softmax_jacobian
+from attnlib.tasks.scaling import softmax_entropy, softmax_jacobian
 
 __all__ = ["D_K_CHOICES", "ExplorerState", "explorer_state", "render_png", "scaling_explorer"]
 

@@ -1,4 +1,4 @@
-"""``make bench`` / ``python -m attnlib.bench``: the course's performance table.
+"""``make bench`` / ``python -m attnlib.course.bench``: the course's performance table.
 
 Measured in one run, on this machine, printed as plain-text tables:
 
@@ -16,7 +16,7 @@ Timing rules (the machine may be shared): every figure is the median of several 
 variants compared in one row are run interleaved (A, B, A, B, ...) so their ratio is a
 paired ratio, which is far steadier than absolute seconds.
 
-The helpers :func:`median_times` and :func:`num_threads` are used by lessons 10 and 11 too.
+The timing helper is :func:`attnlib.timing.median_times`, the one lessons 10 and 11 use.
 """
 
 from __future__ import annotations
@@ -26,57 +26,25 @@ import functools
 import os
 import platform
 import re
-import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch.nn import functional as F
 
+from attnlib.course.lessons import course_root
+from attnlib.timing import median_times
 from attnlib.training import torch_threads
 
-__all__ = ["median_times", "num_threads", "machine_info", "main"]
+__all__ = ["machine_info", "main"]
 
 
 # ----------------------------------------------------------------------------------------
 # Timing helpers.
 # ----------------------------------------------------------------------------------------
-
-
-def median_times(fns: dict[str, Callable[[], object]], *, repeats: int = 5, warmup: int = 1):
-    """Median wall time (seconds) of each function, measured interleaved.
-
-    Each round calls every function once, in order; after ``warmup`` rounds, ``repeats``
-    rounds are timed. Running the variants side by side means a busy spell on the machine
-    slows all of them, so ratios between them stay meaningful.
-
-    Returns
-    -------
-    dict of name -> float
-    """
-    if repeats < 1:
-        raise ValueError(f"median_times: repeats must be >= 1, got {repeats}")
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for r in range(warmup + repeats):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            dt = time.perf_counter() - t0
-            if r >= warmup:
-                times[name].append(dt)
-    return {name: statistics.median(ts) for name, ts in times.items()}
-
-
-def num_threads(n: int):
-    """Run a block with ``torch.set_num_threads(n)``; the previous setting is restored.
-
-    The same as :func:`attnlib.training.torch_threads`, under the name lessons 10-11 use.
-    """
-    return torch_threads(n)
 
 
 def machine_info() -> str:
@@ -230,7 +198,7 @@ def bench_decoding(news, *, config=None, prompt_len=16, sample_above=256, sample
     rows = []
     model = _decode_model(config, prompt_len + max(news))
     prompt = torch.randint(0, config["vocab_size"], (1, prompt_len), generator=None)
-    with num_threads(1):
+    with torch_threads(1):
         for n in news:
             if n <= sample_above:
                 t = median_times(
@@ -305,7 +273,7 @@ def bench_course(root: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m attnlib.bench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m attnlib.course.bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="tiny sizes (for tests)")
     parser.add_argument("--course", action="store_true", help="also time every lesson")
     args = parser.parse_args(argv)
@@ -327,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         print(bench_decoding((256, 1024)), flush=True)
     if args.course:
         print(flush=True)
-        print(bench_course(Path(__file__).resolve().parents[1]), flush=True)
+        print(bench_course(course_root()), flush=True)
     print(f"\nbench finished in {time.perf_counter() - t0:.0f} s")
     return 0
 

@@ -1,0 +1,17 @@
+"""Lesson tasks: generated data and the small models the lessons train.
+
+Each module is one lesson's task, built on the attention library above it (:mod:`attnlib`)
+and importing nothing from :mod:`attnlib.plot`, :mod:`attnlib.explorers`,
+:mod:`attnlib.checks` or :mod:`attnlib.course`:
+
+* :mod:`attnlib.tasks.scaling` — lesson 04: score statistics against d_k, the softmax's
+  saturation and gradients, a retrieval task trained at three scalings;
+* :mod:`attnlib.tasks.lookup` — lessons 05–06: a lookup where what is matched differs from
+  what is retrieved, and its one-head model;
+* :mod:`attnlib.tasks.two_heads` — lesson 07: a task that needs two heads;
+* :mod:`attnlib.tasks.corpus` and :mod:`attnlib.tasks.syntax` — lesson 09: the generated
+  agreement corpus (shipped in ``data/``) and the model trained on it.
+
+Shipped files are read through :mod:`importlib.resources` (:mod:`attnlib.tasks.data`), so
+a non-editable install finds them too.
+"""

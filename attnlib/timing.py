@@ -1,0 +1,46 @@
+"""Timing that survives a busy machine: variants measured side by side, compared as ratios.
+
+Lessons 10 and 11 and ``make bench`` time several ways of computing one thing. Absolute
+seconds move by 40 % or more between a quiet and a busy spell on a shared machine, so every
+round here calls each variant once, in turn: a slow spell slows all of them, and the ratio
+between them stays meaningful.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+
+from attnlib._validate import check_int
+
+__all__ = ["median_times"]
+
+
+def median_times(fns: dict[str, Callable[[], object]], *, repeats: int = 5, warmup: int = 1):
+    """Median wall time (seconds) of each function, measured interleaved.
+
+    Each round calls every function once, in order; after ``warmup`` rounds, ``repeats``
+    rounds are timed.
+
+    Parameters
+    ----------
+    fns : dict of name -> callable taking no argument
+    repeats : int >= 1 — timed rounds.
+    warmup : int >= 0 — untimed rounds first (caches, allocator, lazy initialisation).
+
+    Returns
+    -------
+    dict of name -> float
+    """
+    check_int("median_times", "repeats", repeats, minimum=1)
+    check_int("median_times", "warmup", warmup, minimum=0)
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for r in range(warmup + repeats):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            dt = time.perf_counter() - t0
+            if r >= warmup:
+                times[name].append(dt)
+    return {name: statistics.median(ts) for name, ts in times.items()}
