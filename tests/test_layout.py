@@ -14,6 +14,7 @@ its file and line whether or not that code path ever runs.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -173,3 +174,22 @@ def test_every_room_exists_and_says_what_it_is_for():
         assert init.is_file(), f"attnlib/{name}/ is missing"
         doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8")))
         assert doc and len(doc) > 40, f"attnlib/{name}/__init__.py has no docstring"
+
+
+def test_lessons_use_public_names_and_no_staff_tooling():
+    import nbformat
+
+    private = re.compile(
+        r"\battnlib(?:\.\w+)*\._(?!_)\w*|from attnlib[\w.]* import [^\n]*\b_(?!_)\w+"
+    )
+    staff = re.compile(r"\battnlib\.course\b")
+    bad = []
+    for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        for i, cell in enumerate(nb.cells):
+            if cell.cell_type != "code":
+                continue
+            for pattern in (private, staff):
+                for m in pattern.finditer(cell.source):
+                    bad.append(f"{path.name} cell {i}: {m.group(0)}")
+    assert not bad, "lessons must import public library names only:\n" + "\n".join(bad)
