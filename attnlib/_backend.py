@@ -24,12 +24,22 @@ def is_numpy(x: Any) -> bool:
     return isinstance(x, np.ndarray)
 
 
+def type_name(x: Any) -> str:
+    """A short, readable name of ``x``'s type: ``list``, ``numpy.ndarray``, ``torch.Tensor``."""
+    t = type(x)
+    module = t.__module__
+    if module in ("builtins", "__builtin__"):
+        return t.__qualname__
+    root = module.split(".")[0]
+    return f"{root}.{t.__qualname__}"
+
+
 def kind(x: Any) -> str:
     if is_torch(x):
         return "torch.Tensor"
     if is_numpy(x):
         return "numpy.ndarray"
-    return type(x).__name__
+    return type_name(x)
 
 
 def describe(name: str, x: Any) -> str:
@@ -40,7 +50,7 @@ def describe(name: str, x: Any) -> str:
         )
     if is_numpy(x):
         return f"{name} (numpy.ndarray, shape {x.shape}, {x.dtype})"
-    return f"{name} ({type(x).__name__})"
+    return f"{name} ({type_name(x)})"
 
 
 def is_bool(x: Any) -> bool:
@@ -76,9 +86,29 @@ class Ops:
     def zeros_like(self, x):
         return torch.zeros_like(x) if self.name == "torch" else np.zeros_like(x)
 
+    def full(self, shape, value, dtype, like):
+        """An array of ``shape`` filled with ``value`` (torch: on ``like``'s device)."""
+        if self.name == "torch":
+            return torch.full(shape, value, dtype=dtype, device=like.device)
+        return np.full(shape, value, dtype=dtype)
+
+    def arange(self, start: int, stop: int, like):
+        """Integer positions ``start .. stop - 1`` (torch: on ``like``'s device)."""
+        if self.name == "torch":
+            return torch.arange(start, stop, device=like.device)
+        return np.arange(start, stop)
+
+    def tracks_grad(self, *xs) -> bool:
+        """Whether autograd records operations on any of ``xs`` (never for numpy)."""
+        return self.name == "torch" and torch.is_grad_enabled() and any(x.requires_grad for x in xs)
+
     # --- elementwise and reductions -----------------------------------------------------
     def exp(self, x):
         return torch.exp(x) if self.name == "torch" else np.exp(x)
+
+    def maximum(self, a, b):
+        """Elementwise maximum of two arrays (broadcasting)."""
+        return torch.maximum(a, b) if self.name == "torch" else np.maximum(a, b)
 
     def where(self, cond, a, b):
         if self.name == "torch":

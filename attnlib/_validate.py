@@ -1,29 +1,53 @@
 """Argument checks shared by the whole library, written once.
 
-Every message names the function and the argument, and says what was given. One exception
+Every message names the function and the argument, and says what was given (for arrays:
+kind, shape and dtype, as :func:`attnlib._backend.describe` writes them). One exception
 type per kind of mistake, everywhere in attnlib:
 
-* ``TypeError`` — the wrong type or dtype (a list where a tensor goes, a float where an int
-  goes, a float mask where a bool mask goes);
+* ``TypeError`` — the wrong type or dtype (a list where a tensor goes, a float or a bool
+  where an int goes, a float mask where a bool mask goes, numpy mixed with torch);
 * ``ValueError`` — the right type with a wrong shape or value (a negative size, mismatched
-  dims, an unknown option).
+  dims, a mask that does not broadcast, an unknown option).
+
+Every function takes ``fn``, the public name the caller was called by (``"attend"``,
+``"KVCache.append"``), first.
 """
 
 from __future__ import annotations
 
+import math
 import numbers
+from collections.abc import Sequence
+from typing import Any
 
-__all__ = ["check_int", "type_name"]
+import numpy as np
+import torch
+
+from attnlib import _backend as B
+from attnlib._backend import type_name
+
+__all__ = [
+    "type_name",
+    "check_int",
+    "check_number",
+    "check_choice",
+    "check_array",
+    "check_ndim",
+    "as_float_array",
+    "same_kind_and_dtype",
+    "at_least_2d",
+    "broadcast_shapes",
+    "check_bool_mask",
+    "check_mask",
+    "normalise_axis",
+    "check_qk",
+    "default_scale",
+]
 
 
-def type_name(x) -> str:
-    """A short, readable name of ``x``'s type: ``list``, ``numpy.ndarray``, ``torch.Tensor``."""
-    t = type(x)
-    module = t.__module__
-    if module in ("builtins", "__builtin__"):
-        return t.__qualname__
-    root = module.split(".")[0]
-    return f"{root}.{t.__qualname__}"
+# ----------------------------------------------------------------------------------------
+# Scalars.
+# ----------------------------------------------------------------------------------------
 
 
 def check_int(
@@ -31,7 +55,7 @@ def check_int(
 ) -> int:
     """``value`` as an ``int``; bools and floats are refused (``TypeError``), out-of-range
     values too (``ValueError``). numpy integers are accepted."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{fn}: {name} must be an int, got {type_name(value)} {value!r}")
     value = int(value)
     if minimum is not None and value < minimum:
@@ -39,3 +63,233 @@ def check_int(
     if maximum is not None and value > maximum:
         raise ValueError(f"{fn}: {name} must be <= {maximum}, got {value}")
     return value
+
+
+def check_number(
+    fn: str,
+    name: str,
+    value,
+    *,
+    minimum: float | None = None,
+    positive: bool = False,
+    none_ok: bool = False,
+) -> float | None:
+    """``value`` as a finite ``float``: a bool or a non-number is a ``TypeError``; nan, inf,
+    ``< minimum`` or (``positive``) ``<= 0`` a ``ValueError``. ``None`` passes if
+    ``none_ok``."""
+    if value is None and none_ok:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        wanted = "a number or None" if none_ok else "a number"
+        raise TypeError(f"{fn}: {name} must be {wanted}, got {type_name(value)} {value!r}")
+    bounds = " and > 0" if positive else f" and >= {minimum}" if minimum is not None else ""
+    out_of_range = (positive and value <= 0) or (minimum is not None and value < minimum)
+    if not math.isfinite(value) or out_of_range:
+        raise ValueError(f"{fn}: {name} must be finite{bounds}, got {value}")
+    return float(value)
+
+
+def check_choice(fn: str, name: str, value, choices: Sequence) -> Any:
+    """``value`` if it is one of ``choices``, else a ``ValueError`` listing them."""
+    try:
+        found = not isinstance(value, bool) and value in tuple(choices)
+    except (TypeError, ValueError):  # e.g. an array, whose == gives no single answer
+        found = False
+    if not found:
+        names = [repr(c) for c in choices]
+        listed = " or ".join(names) if len(names) == 2 else "one of " + ", ".join(names)
+        raise ValueError(f"{fn}: {name} must be {listed}, got {value!r}")
+    return value
+
+
+# ----------------------------------------------------------------------------------------
+# Arrays and tensors.
+# ----------------------------------------------------------------------------------------
+
+_ONLY = {
+    None: (
+        "a numpy.ndarray or a torch.Tensor",
+        "wrap it with np.asarray(...) or torch.as_tensor(...)",
+    ),
+    "torch": ("a torch.Tensor", "use torch.as_tensor(...)"),
+    "numpy": ("a numpy.ndarray", "use np.asarray(...), or t.detach().numpy() for a tensor"),
+}
+
+
+def check_array(fn: str, name: str, x: Any, *, only: str | None = None, hint: str | None = None):
+    """``x`` if it is a numpy array or a torch tensor (``only="torch"`` / ``"numpy"``: that
+    kind alone), else a ``TypeError`` naming what was given."""
+    ok = {None: B.is_torch(x) or B.is_numpy(x), "torch": B.is_torch(x), "numpy": B.is_numpy(x)}
+    if not ok[only]:
+        wanted, default_hint = _ONLY[only]
+        raise TypeError(
+            f"{fn}: {name} must be {wanted}, got {type_name(x)}; {hint or default_hint}"
+        )
+    return x
+
+
+def check_ndim(
+    fn: str,
+    name: str,
+    x: Any,
+    *,
+    ndim: int | None = None,
+    min_ndim: int | None = None,
+    doc: str = "",
+) -> None:
+    """A ``ValueError`` unless ``x`` has exactly ``ndim`` (or at least ``min_ndim``) dims;
+    ``doc`` (e.g. ``"(batch, seq, d_model)"``) is appended to the message."""
+    tail = f" {doc}" if doc else ""
+    if ndim is not None and x.ndim != ndim:
+        raise ValueError(f"{fn}: {B.describe(name, x)} must have {ndim} dims{tail}")
+    if min_ndim is not None and x.ndim < min_ndim:
+        dims = "dim" if min_ndim == 1 else "dims"
+        raise ValueError(f"{fn}: {B.describe(name, x)} needs at least {min_ndim} {dims}{tail}")
+
+
+def as_float_array(fn: str, name: str, x: Any, *, allow_int: bool = False, only: str | None = None):
+    """``x`` if it is a floating-point array or tensor (``TypeError`` otherwise). With
+    ``allow_int`` an integer one is converted to float (torch's default dtype / float64)."""
+    check_array(fn, name, x, only=only)
+    if B.is_bool(x) or not B.is_float(x):
+        if allow_int and not B.is_bool(x):
+            return x.to(torch.get_default_dtype()) if B.is_torch(x) else x.astype(np.float64)
+        raise TypeError(
+            f"{fn}: {B.describe(name, x)} must have a floating-point dtype "
+            f"(float16, bfloat16, float32 or float64)"
+        )
+    return x
+
+
+def same_kind_and_dtype(fn: str, named: dict[str, Any]) -> None:
+    """A ``TypeError`` if the named arrays mix numpy and torch or differ in dtype."""
+    items = list(named.items())
+    first_name, first = items[0]
+    for name, x in items[1:]:
+        if B.is_torch(x) != B.is_torch(first):
+            raise TypeError(
+                f"{fn}: {B.describe(first_name, first)} and {B.describe(name, x)} mix numpy and "
+                f"torch; pass all of them as the same kind"
+            )
+        if x.dtype != first.dtype:
+            raise TypeError(
+                f"{fn}: {B.describe(first_name, first)} and {B.describe(name, x)} have different "
+                f"dtypes; convert them to one dtype first"
+            )
+
+
+def at_least_2d(fn: str, named: dict[str, Any]) -> None:
+    """A ``ValueError`` for any named array with fewer than 2 dims (..., seq, d)."""
+    for name, x in named.items():
+        check_ndim(fn, name, x, min_ndim=2, doc="(..., seq, d); for a single vector use x[None, :]")
+
+
+def broadcast_shapes(fn: str, what: str, shapes: dict[str, tuple]) -> tuple:
+    """The broadcast of the named shapes, or a ``ValueError`` listing them."""
+    try:
+        return tuple(np.broadcast_shapes(*shapes.values()))
+    except ValueError:
+        listed = ", ".join(f"{n} {s}" for n, s in shapes.items())
+        raise ValueError(f"{fn}: the {what} do not broadcast: {listed}") from None
+
+
+def normalise_axis(fn: str, axis, ndim: int) -> int:
+    """``axis`` (an int, may be negative) as an index in ``0 .. ndim - 1``."""
+    axis = check_int(fn, "axis", axis)
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"{fn}: axis={axis} is out of range for an input with {ndim} dims")
+    return axis % ndim
+
+
+# ----------------------------------------------------------------------------------------
+# Masks.
+# ----------------------------------------------------------------------------------------
+
+_MASK_HINT = "use mask.bool() / mask.astype(bool) if 1 means 'may attend'"
+
+
+def check_bool_mask(
+    fn: str,
+    name: str,
+    mask: Any,
+    *,
+    meaning: str | None = "True = may attend",
+    hint: str = _MASK_HINT,
+):
+    """``mask`` if it is a boolean numpy array or torch tensor; a ``TypeError`` otherwise.
+
+    A float or int mask is refused because torch would *add* it to the scores: a 0/1 mask
+    shifts some scores by 1 and blocks nothing. ``meaning`` (shown in the message) says
+    which convention the argument follows; ``hint`` how to fix the mask.
+    """
+    said = f" ({meaning})" if meaning else ""
+    if not (B.is_torch(mask) or B.is_numpy(mask)):
+        raise TypeError(
+            f"{fn}: {name} must be a boolean numpy.ndarray or torch.Tensor{said}, got "
+            f"{type_name(mask)}"
+        )
+    if not B.is_bool(mask):
+        raise TypeError(
+            f"{fn}: {B.describe(name, mask)} must be boolean{said}. A float or int mask is "
+            f"added to the scores (0 keeps, -inf blocks), so a 0/1 mask would block "
+            f"nothing; {hint}"
+        )
+    return mask
+
+
+def check_mask(fn: str, mask: Any, like: Any, target: tuple, target_name: str):
+    """``mask`` (or None) if it is a boolean array of ``like``'s kind that broadcasts to
+    ``target``, the shape of the ``target_name`` it masks."""
+    if mask is None:
+        return None
+    check_bool_mask(fn, "mask", mask)
+    if B.is_torch(mask) != B.is_torch(like):
+        helper = "torch.as_tensor(mask)" if B.is_torch(like) else "mask.numpy()"
+        raise TypeError(
+            f"{fn}: {B.describe('mask', mask)} is not the same kind as the inputs "
+            f"({B.kind(like)}); convert it with {helper}"
+        )
+    mshape = tuple(mask.shape)
+    try:
+        joint = tuple(np.broadcast_shapes(mshape, target))
+    except ValueError:
+        joint = None
+    if joint != target:
+        raise ValueError(
+            f"{fn}: mask of shape {mshape} does not broadcast to the {target_name} of shape "
+            f"{target}; a mask is (..., seq_q, seq_k), e.g. (seq_q, seq_k) or (batch, 1, seq_k)"
+        )
+    return mask
+
+
+# ----------------------------------------------------------------------------------------
+# Queries, keys and the scale.
+# ----------------------------------------------------------------------------------------
+
+
+def check_qk(fn: str, q, k):
+    """Queries and keys of one kind and float dtype, >= 2 dims, the same d_k.
+
+    Returns ``(q, k, batch)`` with ``batch`` the broadcast of their leading dims.
+    """
+    q = as_float_array(fn, "q", q)
+    k = as_float_array(fn, "k", k)
+    same_kind_and_dtype(fn, {"q": q, "k": k})
+    at_least_2d(fn, {"q": q, "k": k})
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"{fn}: q has d_k={q.shape[-1]} (shape {tuple(q.shape)}) but k has "
+            f"d_k={k.shape[-1]} (shape {tuple(k.shape)}); every query is compared with every "
+            f"key by a dot product, so their last dims must match"
+        )
+    batch = broadcast_shapes(
+        fn, "batch dims of q and k", {"q": tuple(q.shape[:-2]), "k": tuple(k.shape[:-2])}
+    )
+    return q, k, batch
+
+
+def default_scale(fn: str, d_k: int, scale) -> float:
+    """``scale`` as a float, ``1 / sqrt(d_k)`` when it is None; it must be finite."""
+    if scale is None:
+        return 1.0 / math.sqrt(d_k)
+    return check_number(fn, "scale", scale, none_ok=True)

@@ -31,8 +31,8 @@ import math
 import numpy as np
 import torch
 
+from attnlib._validate import as_float_array, check_array, check_int, check_ndim, default_scale
 from attnlib.core import attend
-from attnlib.tasks.lookup import one_thread, progress_bar
 from attnlib.training import History, train
 
 __all__ = [
@@ -49,14 +49,10 @@ def _T(x: np.ndarray) -> np.ndarray:
 
 
 def _check(q, k, v, d_out) -> None:
+    fn = "attention_backward"
     for name, x in (("q", q), ("k", k), ("v", v), ("d_out", d_out)):
-        if not isinstance(x, np.ndarray) or not np.issubdtype(x.dtype, np.floating):
-            raise TypeError(
-                f"attention_backward: {name} must be a floating-point numpy array, got "
-                f"{type(x).__name__} {getattr(x, 'dtype', '')}"
-            )
-        if x.ndim < 2:
-            raise ValueError(f"attention_backward: {name} of shape {x.shape} needs >= 2 dims")
+        as_float_array(fn, name, x, only="numpy")
+        check_ndim(fn, name, x, min_ndim=2)
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(f"attention_backward: q {q.shape} and k {k.shape} differ in d_k")
     if k.shape[-2] != v.shape[-2]:
@@ -92,7 +88,7 @@ def attention_backward(q, k, v, d_out, mask=None, scale=None):
     dv : ndarray of shape (..., seq_k, d_v)
     """
     _check(q, k, v, d_out)
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scale = default_scale("attention_backward", q.shape[-1], scale)
     _, A = attend(q, k, v, mask=mask, scale=scale)  # (..., seq_q, seq_k)
     dv = _T(A) @ d_out  # (..., seq_k, d_v)
     dA = d_out @ _T(v)  # (..., seq_q, seq_k)
@@ -202,6 +198,10 @@ def fit_attention_pattern(
     History
         ``loss`` per step.
     """
+    fn = "fit_attention_pattern"
+    for name, t in (("x", x), ("W_q_teacher", W_q_teacher), ("W_k_teacher", W_k_teacher)):
+        check_array(fn, name, t, only="torch")
+    steps = check_int(fn, "steps", steps, minimum=1)
     if W_q_teacher.shape != W_k_teacher.shape:
         raise ValueError(
             f"fit_attention_pattern: W_q_teacher {tuple(W_q_teacher.shape)} and W_k_teacher "
@@ -220,9 +220,10 @@ def fit_attention_pattern(
 
     def step(i):
         log_s = _log_weights(x, W_q, W_k)
-        bar.update(1)
         return (log_p.exp() * (log_p - log_s)).sum(-1).mean()  # KL(teacher || student)
 
-    with one_thread(), progress_bar(steps, "student", progress) as bar:
-        history = train([W_q, W_k], step, steps=steps, lr=lr, progress=False)
+    # one thread: the tensors are tiny, and the sums are added in one order on any machine
+    history = train(
+        [W_q, W_k], step, steps=steps, lr=lr, desc="student", progress=progress, threads=1
+    )
     return W_q.detach(), W_k.detach(), history

@@ -26,17 +26,21 @@ import math
 import tracemalloc
 from collections.abc import Callable
 
-import numpy as np
 import torch
 
 from attnlib import _backend as B
-from attnlib.core import _check_qk, _default_scale
+from attnlib._validate import (
+    as_float_array,
+    at_least_2d,
+    broadcast_shapes,
+    check_int,
+    check_qk,
+    default_scale,
+    same_kind_and_dtype,
+)
+from attnlib.masks import causal_offset
 
 __all__ = ["online_softmax_update", "blockwise_attend", "explicit_attend", "peak_bytes"]
-
-
-def _maximum(a, b):
-    return torch.maximum(a, b) if B.is_torch(a) else np.maximum(a, b)
 
 
 def online_softmax_update(m, l, acc, s_block, v_block):
@@ -62,7 +66,7 @@ def online_softmax_update(m, l, acc, s_block, v_block):
         every key seen so far.
     """
     ops = B.ops_for(s_block)
-    m_new = _maximum(m, ops.amax(s_block, -1))  # (..., seq_q, 1): 1. update the running max
+    m_new = ops.maximum(m, ops.amax(s_block, -1))  # (..., seq_q, 1): 1. update the running max
     m_safe = ops.where(ops.isfinite(m_new), m_new, 0.0)  # rows with nothing unmasked yet
     alpha = ops.exp(m - m_safe)  # (..., seq_q, 1): 2. rescale what was summed against old m
     p = ops.exp(s_block - m_safe)  # (..., seq_q, block_k): 3. this block's exponentials
@@ -86,20 +90,20 @@ def _update_in_place(m, l, acc, s, v_block):
     return m_new, l, acc
 
 
-def _check_block(fn: str, name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{fn}: {name} must be an int, got {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"{fn}: {name} must be >= 1, got {value}")
-    return int(value)
-
-
 def blockwise_attend(
-    q, k, v, *, causal: bool = False, block_q: int = 256, block_k: int = 256, scale=None
+    q,
+    k,
+    v,
+    *,
+    causal: bool = False,
+    align: str = "top_left",
+    block_q: int = 256,
+    block_k: int = 256,
+    scale=None,
 ):
     """Scaled dot-product attention computed tile by tile, never storing seq_q × seq_k.
 
-    Same result as ``attnlib.attend(q, k, v, causal=causal)[0]`` up to floating-point
+    Same result as ``attnlib.attend(q, k, v, causal=causal, align=align)[0]`` up to floating-point
     rounding (tests/test_blockwise.py checks it against ``attend`` and torch's
     ``scaled_dot_product_attention``).
 
@@ -109,8 +113,11 @@ def blockwise_attend(
     k : ndarray or Tensor of shape (..., seq_k, d_k)
     v : ndarray or Tensor of shape (..., seq_k, d_v)
     causal : bool, default False
-        Query i sees keys 0..i (top-left aligned, as ``attend(causal=True)``). Tiles
-        entirely in the future are skipped; the diagonal tiles are masked inside.
+        Hide the future, as ``attend(causal=True, align=align)``. Tiles entirely in the
+        future are skipped; the tiles that cross the diagonal are masked inside.
+    align : {"top_left", "bottom_right"}, default "top_left"
+        As in :func:`attnlib.causal_mask`: ``"top_left"``, query i sees keys 0..i;
+        ``"bottom_right"``, keys 0..i + (seq_k - seq_q).
     block_q, block_k : int, default 256
         Tile size: queries and keys processed together.
     scale : float, optional
@@ -122,57 +129,49 @@ def blockwise_attend(
         No weights: they are never stored. A query with no visible key gets 0.
     """
     fn = "blockwise_attend"
-    q, k, _ = _check_qk(fn, q, k)
-    if not (B.is_torch(v) or B.is_numpy(v)) or B.is_torch(v) != B.is_torch(q):
-        raise TypeError(f"{fn}: {B.describe('v', v)} must be the same kind as q")
-    if v.dtype != q.dtype:
-        raise TypeError(f"{fn}: {B.describe('q', q)} and {B.describe('v', v)} differ in dtype")
-    if v.ndim < 2 or v.shape[-2] != k.shape[-2]:
+    q, k, _ = check_qk(fn, q, k)
+    v = as_float_array(fn, "v", v)
+    same_kind_and_dtype(fn, {"q": q, "v": v})
+    at_least_2d(fn, {"v": v})
+    if v.shape[-2] != k.shape[-2]:
         raise ValueError(
             f"{fn}: k has seq_k={k.shape[-2]} (shape {tuple(k.shape)}) but v has shape "
             f"{tuple(v.shape)}; every key needs its value"
         )
-    block_q = _check_block(fn, "block_q", block_q)
-    block_k = _check_block(fn, "block_k", block_k)
-    scale = _default_scale(fn, q.shape[-1], scale)
+    block_q = check_int(fn, "block_q", block_q, minimum=1)
+    block_k = check_int(fn, "block_k", block_k, minimum=1)
+    scale = default_scale(fn, q.shape[-1], scale)
     ops = B.ops_for(q)
     work = ops.work_dtype(q)
     q_, k_, v_ = (ops.astype(t, work) for t in (q, k, v))
     q_ = q_ * scale  # scale the (seq_q, d_k) queries once, not every score tile
-    needs_grad = ops.name == "torch" and any(t.requires_grad for t in (q, k, v))
-    in_place = ops.name == "torch" and not (torch.is_grad_enabled() and needs_grad)
+    # torch without autograd: the fast path that updates its buffers in place
+    in_place = ops.name == "torch" and not ops.tracks_grad(q, k, v)
     seq_q, seq_k, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
-    batch = np.broadcast_shapes(tuple(q.shape[:-2]), tuple(k.shape[:-2]), tuple(v.shape[:-2]))
-    if ops.name == "torch":
-        out = torch.empty((*batch, seq_q, d_v), dtype=work, device=q.device)
-    else:
-        out = np.empty((*batch, seq_q, d_v), dtype=work)
+    # causal: query i sees keys 0 .. i + offset
+    offset = causal_offset(seq_q, seq_k, align) if causal else 0
+    batch = broadcast_shapes(
+        fn,
+        "batch dims of q, k and v",
+        {"q": tuple(q.shape[:-2]), "k": tuple(k.shape[:-2]), "v": tuple(v.shape[:-2])},
+    )
+    out = ops.full((*batch, seq_q, d_v), 0.0, work, like=q)  # (..., seq_q, d_v)
     for i0 in range(0, seq_q, block_q):
         i1 = min(i0 + block_q, seq_q)
         q_blk = q_[..., i0:i1, :]  # (..., bq, d_k)
         shape = (*batch, i1 - i0, 1)
-        if ops.name == "torch":
-            m = torch.full(shape, -math.inf, dtype=work, device=q.device)
-            l = torch.zeros(shape, dtype=work, device=q.device)
-            acc = torch.zeros((*batch, i1 - i0, d_v), dtype=work, device=q.device)
-        else:
-            m = np.full(shape, -np.inf, dtype=work)
-            l = np.zeros(shape, dtype=work)
-            acc = np.zeros((*batch, i1 - i0, d_v), dtype=work)
+        m = ops.full(shape, -math.inf, work, like=q)  # (..., bq, 1)
+        l = ops.full(shape, 0.0, work, like=q)  # (..., bq, 1)
+        acc = ops.full((*batch, i1 - i0, d_v), 0.0, work, like=q)  # (..., bq, d_v)
         # causal: keys after the last query of this block are never visible
-        k_end = min(seq_k, i1) if causal else seq_k
+        k_end = max(0, min(seq_k, i1 + offset)) if causal else seq_k
         for j0 in range(0, k_end, block_k):
             j1 = min(j0 + block_k, k_end)
             s = q_blk @ ops.transpose_last(k_[..., j0:j1, :])  # (..., bq, bk)
-            if causal and j1 - 1 > i0:  # the tile crosses the diagonal: mask inside it
-                if ops.name == "torch":
-                    qi = torch.arange(i0, i1, device=q.device)[:, None]
-                    kj = torch.arange(j0, j1, device=q.device)[None, :]
-                    s = s.masked_fill(kj > qi, -math.inf)
-                else:
-                    qi = np.arange(i0, i1)[:, None]
-                    kj = np.arange(j0, j1)[None, :]
-                    s = np.where(kj > qi, -np.inf, s).astype(work, copy=False)
+            if causal and j1 - 1 > i0 + offset:  # the tile crosses the diagonal: mask inside
+                qi = ops.arange(i0, i1, like=q)[:, None]  # (bq, 1)
+                kj = ops.arange(j0, j1, like=q)[None, :]  # (1, bk)
+                s = ops.where(kj > qi + offset, -math.inf, s)  # (..., bq, bk)
             if in_place:
                 m, l, acc = _update_in_place(m, l, acc, s, v_[..., j0:j1, :])
             else:
@@ -181,15 +180,15 @@ def blockwise_attend(
     return ops.astype(out, q.dtype)
 
 
-def explicit_attend(q, k, v, *, causal: bool = False, scale=None):
+def explicit_attend(q, k, v, *, causal: bool = False, align: str = "top_left", scale=None):
     """The explicit path: build the full score matrix, softmax it, multiply by v.
 
-    ``attnlib.attend(q, k, v, causal=causal)[0]``, named here so that lesson 11 and the
-    benchmark compare the two paths by name.
+    ``attnlib.attend(q, k, v, causal=causal, align=align)[0]``, named here so that lesson
+    11 and the benchmark compare the two paths by name.
     """
     from attnlib.core import attend
 
-    return attend(q, k, v, causal=causal, scale=scale)[0]
+    return attend(q, k, v, causal=causal, align=align, scale=scale)[0]
 
 
 def peak_bytes(fn: Callable, *args, **kwargs) -> int:

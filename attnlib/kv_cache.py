@@ -26,8 +26,11 @@ from typing import NamedTuple
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torch.nn.attention.bias import causal_lower_right
 
+from attnlib._validate import check_array, check_int, check_mask, check_ndim
 from attnlib.core import attend
+from attnlib.heads import merge_heads, split_heads
 from attnlib.masks import causal_mask
 
 __all__ = [
@@ -38,14 +41,6 @@ __all__ = [
     "Generation",
     "generate",
 ]
-
-
-def _check_int(fn: str, name: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{fn}: {name} must be an int, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{fn}: {name} must be >= {minimum}, got {value}")
-    return value
 
 
 # ----------------------------------------------------------------------------------------
@@ -88,11 +83,11 @@ class KVCache:
         dtype: torch.dtype = torch.float32,
     ):
         fn = "KVCache"
-        self.batch = _check_int(fn, "batch", batch, 1)
-        self.n_kv_heads = _check_int(fn, "n_kv_heads", n_kv_heads, 1)
-        self.d_k = _check_int(fn, "d_k", d_k, 1)
-        self.d_v = self.d_k if d_v is None else _check_int(fn, "d_v", d_v, 1)
-        max_len = _check_int(fn, "max_len", max_len, 1)
+        self.batch = check_int(fn, "batch", batch, minimum=1)
+        self.n_kv_heads = check_int(fn, "n_kv_heads", n_kv_heads, minimum=1)
+        self.d_k = check_int(fn, "d_k", d_k, minimum=1)
+        self.d_v = self.d_k if d_v is None else check_int(fn, "d_v", d_v, minimum=1)
+        max_len = check_int(fn, "max_len", max_len, minimum=1)
         self.dtype = dtype
         self._k = torch.empty(batch, n_kv_heads, max_len, self.d_k, dtype=dtype)
         self._v = torch.empty(batch, n_kv_heads, max_len, self.d_v, dtype=dtype)
@@ -105,8 +100,7 @@ class KVCache:
 
     def _check(self, name: str, x: torch.Tensor, d: int) -> None:
         want = (self.batch, self.n_kv_heads, "seq_new", d)
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"KVCache.append: {name} must be a torch.Tensor, got {type(x)}")
+        check_array("KVCache.append", name, x, only="torch")
         if x.ndim != 4 or (x.shape[0], x.shape[1], x.shape[3]) != (want[0], want[1], want[3]):
             raise ValueError(
                 f"KVCache.append: {name} has shape {tuple(x.shape)}, expected "
@@ -159,7 +153,7 @@ class KVCache:
 
     def truncate(self, length: int) -> None:
         """Forget every position from ``length`` on (e.g. to rewind and retry a step)."""
-        length = _check_int("KVCache.truncate", "length", length, 0)
+        length = check_int("KVCache.truncate", "length", length, minimum=0)
         if length > self.length:
             raise ValueError(
                 f"KVCache.truncate: length={length} is more than the {self.length} cached"
@@ -196,7 +190,12 @@ def kv_cache_bytes(
     It grows linearly with every factor, and with the number of key/value heads — not of
     query heads, which is why sharing keys (GQA, MQA) shrinks it.
     """
-    d_v = d_k if d_v is None else d_v
+    fn = "kv_cache_bytes"
+    sizes = {"n_layers": n_layers, "batch": batch, "n_kv_heads": n_kv_heads, "seq": seq}
+    sizes.update(d_k=d_k, d_v=d_k if d_v is None else d_v)
+    n_layers, batch, n_kv_heads, seq, d_k, d_v = (
+        check_int(fn, name, value, minimum=0) for name, value in sizes.items()
+    )
     itemsize = torch.empty((), dtype=dtype).element_size()
     return n_layers * batch * n_kv_heads * seq * (d_k + d_v) * itemsize
 
@@ -206,7 +205,7 @@ def kv_cache_bytes(
 # ----------------------------------------------------------------------------------------
 
 
-def grouped_attend(q, k, v, mask=None, *, causal: bool = False):
+def grouped_attend(q, k, v, mask=None, *, causal: bool = False, align: str = "top_left"):
     """Attention where groups of query heads share one key/value head (GQA / MQA).
 
     Parameters
@@ -220,9 +219,11 @@ def grouped_attend(q, k, v, mask=None, *, causal: bool = False):
     mask : bool Tensor broadcastable to (batch, n_heads, seq_q, seq_k), optional
         True = may attend.
     causal : bool, default False
-        Block future keys, aligned bottom-right: the queries are the *last* ``seq_q``
-        positions of the ``seq_k`` (as when decoding with a cache). With
-        ``seq_q == seq_k`` this is the usual causal mask.
+        Block future keys: :func:`attnlib.causal_mask` ``(seq_q, seq_k, align=align)``.
+    align : {"top_left", "bottom_right"}, default "top_left"
+        As in :func:`attnlib.causal_mask` and :func:`attnlib.attend`: ``"top_left"``, query
+        i sees keys 0..i; ``"bottom_right"``, the queries are the *last* ``seq_q`` positions
+        of the ``seq_k`` (decoding with a cache). With ``seq_q == seq_k`` the two agree.
 
     Returns
     -------
@@ -231,32 +232,30 @@ def grouped_attend(q, k, v, mask=None, *, causal: bool = False):
     """
     fn = "grouped_attend"
     for name, x in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(x, torch.Tensor) or x.ndim != 4:
-            shape = tuple(x.shape) if hasattr(x, "shape") else type(x).__name__
-            raise ValueError(
-                f"{fn}: {name} must be a 4-d tensor (batch, heads, seq, d), got {shape}"
-            )
+        check_array(fn, name, x, only="torch")
+        check_ndim(fn, name, x, ndim=4, doc="(batch, heads, seq, d)")
     batch, n_heads, seq_q, d_k = q.shape
-    n_kv = k.shape[1]
-    if v.shape[1] != n_kv or n_heads % n_kv:
+    n_kv_heads = k.shape[1]
+    if v.shape[1] != n_kv_heads or n_heads % n_kv_heads:
         raise ValueError(
-            f"{fn}: q has n_heads={n_heads} (shape {tuple(q.shape)}), k has n_kv_heads={n_kv} "
-            f"(shape {tuple(k.shape)}), v has {v.shape[1]} (shape {tuple(v.shape)}); k and v "
-            f"need the same number of heads, and it must divide n_heads"
+            f"{fn}: q has n_heads={n_heads} (shape {tuple(q.shape)}), k has "
+            f"n_kv_heads={n_kv_heads} (shape {tuple(k.shape)}), v has {v.shape[1]} (shape "
+            f"{tuple(v.shape)}); k and v need the same number of heads, and it must divide n_heads"
         )
-    group = n_heads // n_kv
+    group = n_heads // n_kv_heads
     seq_k = k.shape[2]
-    if causal and seq_q > 1:
-        cm = causal_mask(seq_q, seq_k, align="bottom_right", like=q)  # (seq_q, seq_k)
+    target = (batch, n_heads, seq_q, seq_k)
+    mask = check_mask(fn, mask, q, target, "weights (batch, n_heads, seq_q, seq_k)")
+    if causal:
+        cm = causal_mask(seq_q, seq_k, align=align, like=q)  # (seq_q, seq_k)
         mask = cm if mask is None else mask & cm
-    elif causal and seq_q > seq_k:
-        raise ValueError(f"{fn}: causal with seq_q={seq_q} > seq_k={seq_k}")
     if mask is not None:
-        mask = torch.broadcast_to(mask, (batch, n_heads, seq_q, seq_k))
-        mask = mask.reshape(batch, n_kv, group, seq_q, seq_k)
-    q_g = q.reshape(batch, n_kv, group, seq_q, d_k)  # (batch, n_kv_heads, group, seq_q, d_k)
+        mask = torch.broadcast_to(mask, target)
+        mask = mask.reshape(batch, n_kv_heads, group, seq_q, seq_k)
+    q_g = q.reshape(batch, n_kv_heads, group, seq_q, d_k)  # (batch, n_kv_heads, group, seq_q, d_k)
     # the key/value head is shared by the `group` query heads: a broadcast, not a copy
-    out, w = attend(q_g, k[:, :, None], v[:, :, None], mask)  # (batch, n_kv, group, seq_q, d_v)
+    # (batch, n_kv_heads, group, seq_q, d_v), (batch, n_kv_heads, group, seq_q, seq_k)
+    out, w = attend(q_g, k[:, :, None], v[:, :, None], mask)
     return (
         out.reshape(batch, n_heads, seq_q, v.shape[-1]),  # (batch, n_heads, seq_q, d_v)
         w.reshape(batch, n_heads, seq_q, seq_k),  # (batch, n_heads, seq_q, seq_k)
@@ -269,38 +268,41 @@ def grouped_attend(q, k, v, mask=None, *, causal: bool = False):
 
 
 def _sdpa_causal(q, k, v):
-    """Causal attention of the last seq_q positions over seq_k keys, via torch's SDPA."""
-    seq_q, seq_k = q.shape[2], k.shape[2]
-    gqa = q.shape[1] != k.shape[1]
-    if seq_q == 1:  # the newest token sees every cached key: no mask at all
-        return F.scaled_dot_product_attention(q, k, v, enable_gqa=gqa)
-    if seq_q == seq_k:  # no cache yet: the ordinary (top-left) causal mask
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
-    mask = causal_mask(seq_q, seq_k, align="bottom_right", like=q)  # (seq_q, seq_k)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+    """Causal attention of the last seq_q positions over seq_k keys, via torch's SDPA.
+
+    torch's lower-right causal bias is ``causal_mask(seq_q, seq_k, align="bottom_right")``
+    (with seq_q == seq_k, SDPA's ordinary ``is_causal``).
+    """
+    bias = causal_lower_right(q.shape[2], k.shape[2])  # (seq_q, seq_k)
+    gqa = q.shape[1] != k.shape[1]  # fewer key/value heads than query heads
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, enable_gqa=gqa)
 
 
 class CausalSelfAttention(nn.Module):
     """Causal self-attention with ``n_heads`` query heads and ``n_kv_heads`` key/value heads.
 
-    Separate ``W_q`` (d_model → n_heads·d_k), ``W_k`` and ``W_v`` (d_model → n_kv_heads·d_k)
-    and ``W_o``; ``d_k = d_model / n_heads``.
+    Separate ``W_q`` (d_model → n_heads·d_head), ``W_k`` and ``W_v`` (d_model →
+    n_kv_heads·d_head) and ``W_o``; ``d_head = d_model / n_heads``.
     """
 
     def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None):
         super().__init__()
+        fn = "CausalSelfAttention"
+        d_model = check_int(fn, "d_model", d_model, minimum=1)
+        n_heads = check_int(fn, "n_heads", n_heads, minimum=1)
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+        n_kv_heads = check_int(fn, "n_kv_heads", n_kv_heads, minimum=1)
         if d_model % n_heads or n_heads % n_kv_heads:
             raise ValueError(
                 f"CausalSelfAttention: need n_heads | d_model and n_kv_heads | n_heads, got "
                 f"d_model={d_model}, n_heads={n_heads}, n_kv_heads={n_kv_heads}"
             )
         self.n_heads, self.n_kv_heads = n_heads, n_kv_heads
-        self.d_k = d_model // n_heads
-        self.W_q = nn.Linear(d_model, n_heads * self.d_k, bias=False)
-        self.W_k = nn.Linear(d_model, n_kv_heads * self.d_k, bias=False)
-        self.W_v = nn.Linear(d_model, n_kv_heads * self.d_k, bias=False)
-        self.W_o = nn.Linear(n_heads * self.d_k, d_model, bias=False)
+        self.d_head = d_model // n_heads
+        self.W_q = nn.Linear(d_model, n_heads * self.d_head, bias=False)
+        self.W_k = nn.Linear(d_model, n_kv_heads * self.d_head, bias=False)
+        self.W_v = nn.Linear(d_model, n_kv_heads * self.d_head, bias=False)
+        self.W_o = nn.Linear(n_heads * self.d_head, d_model, bias=False)
         # True: torch's fused kernel (fast); False: attnlib's grouped_attend (same numbers,
         # proven equal in tests/test_kv_cache.py, and returns the weights).
         self.use_sdpa = True
@@ -311,17 +313,18 @@ class CausalSelfAttention(nn.Module):
         Without a cache, x is the whole sequence. With one, x holds only the new
         positions; their keys and values are appended and the queries see all of them.
         """
-        batch, seq_new, _ = x.shape
-        q = self.W_q(x).view(batch, seq_new, self.n_heads, self.d_k).transpose(1, 2)
-        k = self.W_k(x).view(batch, seq_new, self.n_kv_heads, self.d_k).transpose(1, 2)
-        v = self.W_v(x).view(batch, seq_new, self.n_kv_heads, self.d_k).transpose(1, 2)
+        q = split_heads(self.W_q(x), self.n_heads)  # (batch, n_heads, seq_new, d_head)
+        k = split_heads(self.W_k(x), self.n_kv_heads)  # (batch, n_kv_heads, seq_new, d_head)
+        v = split_heads(self.W_v(x), self.n_kv_heads)  # (batch, n_kv_heads, seq_new, d_head)
         if cache is not None:
-            k, v = cache.append(k, v)  # (batch, n_kv_heads, seq_k, d_k), all positions so far
+            k, v = cache.append(k, v)  # (batch, n_kv_heads, seq_k, d_head), all positions so far
+        # The new queries are the last seq_new of the seq_k positions: bottom-right causal.
         if self.use_sdpa:
-            out = _sdpa_causal(q, k, v)  # (batch, n_heads, seq_new, d_k)
+            out = _sdpa_causal(q, k, v)  # (batch, n_heads, seq_new, d_head)
         else:
-            out, _ = grouped_attend(q, k, v, causal=True)  # (batch, n_heads, seq_new, d_k)
-        out = out.transpose(1, 2).reshape(batch, seq_new, self.n_heads * self.d_k)
+            # (batch, n_heads, seq_new, d_head)
+            out, _ = grouped_attend(q, k, v, causal=True, align="bottom_right")
+        out = merge_heads(out)  # (batch, seq_new, n_heads * d_head)
         return self.W_o(out)  # (batch, seq_new, d_model)
 
 
@@ -367,9 +370,13 @@ class TinyDecoder(nn.Module):
         max_len: int = 2048,
     ):
         super().__init__()
+        fn = "TinyDecoder"
+        vocab_size = check_int(fn, "vocab_size", vocab_size, minimum=1)
+        n_layers = check_int(fn, "n_layers", n_layers, minimum=1)
+        max_len = check_int(fn, "max_len", max_len, minimum=1)
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
         self.n_heads, self.n_kv_heads, self.n_layers = n_heads, n_kv_heads, n_layers
-        self.d_k = d_model // n_heads
+        self.d_head = d_model // n_heads
         self.max_len = max_len
         self.tok = nn.Embedding(vocab_size, d_model)
         self.pos = nn.Embedding(max_len, d_model)
@@ -381,7 +388,7 @@ class TinyDecoder(nn.Module):
         """One empty :class:`KVCache` per layer, sized for ``max_len`` positions."""
         dtype = self.tok.weight.dtype
         return [
-            KVCache(batch, self.n_kv_heads, self.d_k, max_len=max_len, dtype=dtype)
+            KVCache(batch, self.n_kv_heads, self.d_head, max_len=max_len, dtype=dtype)
             for _ in range(self.n_layers)
         ]
 
@@ -453,10 +460,12 @@ def generate(model: TinyDecoder, prompt: torch.Tensor, n_new: int, *, use_cache:
         ``tokens`` (batch, prompt_len + n_new), ``logits`` (batch, n_new, vocab_size),
         ``caches`` (None without the cache).
     """
-    if not isinstance(prompt, torch.Tensor) or prompt.ndim != 2 or prompt.shape[1] < 1:
-        shape = tuple(prompt.shape) if hasattr(prompt, "shape") else type(prompt).__name__
-        raise ValueError(f"generate: prompt must be (batch, prompt_len >= 1), got {shape}")
-    n_new = _check_int("generate", "n_new", n_new, 0)
+    check_array("generate", "prompt", prompt, only="torch")
+    if prompt.ndim != 2 or prompt.shape[1] < 1:
+        raise ValueError(
+            f"generate: prompt must be (batch, prompt_len >= 1), got shape {tuple(prompt.shape)}"
+        )
+    n_new = check_int("generate", "n_new", n_new, minimum=0)
     batch, prompt_len = prompt.shape
     total = prompt_len + n_new
     tokens = torch.empty(batch, total, dtype=prompt.dtype)

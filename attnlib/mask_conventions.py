@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from attnlib import _backend as B
-from attnlib.mha import _check_n_heads
+from attnlib._validate import check_bool_mask as _check_bool
+from attnlib._validate import check_int
 
 __all__ = [
     "check_bool_mask",
@@ -33,6 +33,9 @@ __all__ = [
     "to_torch_key_padding_mask",
     "from_torch_key_padding_mask",
 ]
+
+
+_HINT = "build a bool mask, e.g. mask == 1 if 1 meant 'may attend'"
 
 
 def check_bool_mask(mask: Any, name: str = "mask", *, fn: str = "check_bool_mask"):
@@ -56,18 +59,8 @@ def check_bool_mask(mask: Any, name: str = "mask", *, fn: str = "check_bool_mask
     TypeError
         If ``mask`` is not an array/tensor, or its dtype is not bool.
     """
-    if not (B.is_torch(mask) or B.is_numpy(mask)):
-        raise TypeError(
-            f"{fn}: {name} must be a boolean numpy.ndarray or torch.Tensor, got "
-            f"{type(mask).__name__}"
-        )
-    if not B.is_bool(mask):
-        raise TypeError(
-            f"{fn}: {B.describe(name, mask)} must be boolean. torch adds a float mask to the "
-            f"scores (0 keeps, -inf blocks), so a 0/1 float mask blocks nothing; build a bool "
-            f"mask, e.g. mask == 1 if 1 meant 'may attend'"
-        )
-    return mask
+    # No "True = ..." in the message: this module handles both conventions.
+    return _check_bool(fn, name, mask, meaning=None, hint=_HINT)
 
 
 def _invert(mask):
@@ -96,7 +89,7 @@ def to_torch_attn_mask(mask, n_heads: int | None = None):
         return _invert(mask)  # (seq_q, seq_k)
     if mask.ndim == 4:
         batch, heads, seq_q, seq_k = mask.shape
-        if n_heads is not None and _check_n_heads(fn, n_heads) != heads:
+        if n_heads is not None and check_int(fn, "n_heads", n_heads, minimum=1) != heads:
             raise ValueError(
                 f"{fn}: mask of shape {tuple(mask.shape)} has {heads} heads, expected "
                 f"n_heads={n_heads}; expand a shared mask to every head first"
@@ -134,7 +127,7 @@ def from_torch_attn_mask(attn_mask, n_heads: int | None = None):
                 f"{fn}: a 3-D attn_mask of shape {tuple(attn_mask.shape)} is "
                 f"(batch * n_heads, seq_q, seq_k); pass n_heads to split it"
             )
-        n_heads = _check_n_heads(fn, n_heads)
+        n_heads = check_int(fn, "n_heads", n_heads, minimum=1)
         bh, seq_q, seq_k = attn_mask.shape
         if bh % n_heads:
             raise ValueError(

@@ -7,20 +7,23 @@ This is the convention of ``torch.nn.functional.scaled_dot_product_attention``.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch
 
-__all__ = ["causal_mask", "padding_mask"]
+from attnlib._validate import check_choice, check_int
+
+__all__ = ["causal_mask", "causal_offset", "padding_mask"]
 
 
-def _check_size(fn: str, name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{fn}: {name} must be an int, got {type(value).__name__}")
-    if value < 0:
-        raise ValueError(f"{fn}: {name} must be >= 0, got {value}")
-    return int(value)
+def causal_offset(seq_q: int, seq_k: int, align: str = "top_left") -> int:
+    """How far the causal diagonal is shifted: query i sees keys ``0 .. i + offset``.
+
+    ``0`` for ``align="top_left"``; ``seq_k - seq_q`` for ``"bottom_right"`` (the queries
+    are the newest seq_q of the seq_k positions). :func:`causal_mask` and the tiles of
+    :func:`attnlib.blockwise.blockwise_attend` both read ``align`` through it.
+    """
+    check_choice("causal_offset", "align", align, ("top_left", "bottom_right"))
+    return 0 if align == "top_left" else seq_k - seq_q
 
 
 def causal_mask(seq_q: int, seq_k: int | None = None, *, align: str = "top_left", like=None):
@@ -46,11 +49,10 @@ def causal_mask(seq_q: int, seq_k: int | None = None, *, align: str = "top_left"
         True = may attend.
     """
     fn = "causal_mask"
-    seq_q = _check_size(fn, "seq_q", seq_q)
-    seq_k = seq_q if seq_k is None else _check_size(fn, "seq_k", seq_k)
-    if align not in ("top_left", "bottom_right"):
-        raise ValueError(f"{fn}: align must be 'top_left' or 'bottom_right', got {align!r}")
-    offset = 0 if align == "top_left" else seq_k - seq_q
+    seq_q = check_int(fn, "seq_q", seq_q, minimum=0)
+    seq_k = seq_q if seq_k is None else check_int(fn, "seq_k", seq_k, minimum=0)
+    check_choice(fn, "align", align, ("top_left", "bottom_right"))
+    offset = causal_offset(seq_q, seq_k, align)
     if isinstance(like, torch.Tensor):
         q_pos = torch.arange(seq_q, device=like.device)[:, None]  # (seq_q, 1)
         k_pos = torch.arange(seq_k, device=like.device)[None, :]  # (1, seq_k)
@@ -78,7 +80,7 @@ def padding_mask(lengths, seq_k: int):
         if ``lengths`` is one, else numpy.
     """
     fn = "padding_mask"
-    seq_k = _check_size(fn, "seq_k", seq_k)
+    seq_k = check_int(fn, "seq_k", seq_k, minimum=0)
     is_t = isinstance(lengths, torch.Tensor)
     arr = lengths.detach().cpu().numpy() if is_t else np.asarray(lengths)
     if arr.ndim != 1:

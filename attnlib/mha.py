@@ -5,103 +5,44 @@ slices of ``d_head = d_model // n_heads`` features. Each head compares its own q
 its own keys — a separate key space with its own notion of "relevant" — and blends its own
 values. The heads' outputs are put back side by side and mixed by ``W_o``.
 
-* :func:`split_heads` / :func:`merge_heads` — the reshapes, numpy or torch;
 * :class:`MultiHeadAttention` — separate ``W_q``, ``W_k``, ``W_v``, ``W_o`` (the course's
   contract); ``from_torch`` copies an ``nn.MultiheadAttention``;
 * :class:`FusedQKVAttention` — the same computation with one ``W_qkv`` projection of width
   ``3 · d_model`` (as GPT-style code does); ``tests/test_mha.py`` proves the two equal.
 
-The attention itself is :func:`attnlib.attend`, run on all heads at once.
+The heads are cut and put back by :func:`attnlib.heads.split_heads` /
+:func:`attnlib.heads.merge_heads`; the attention itself is :func:`attnlib.attend`, run on
+all heads at once.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
 from attnlib import _backend as B
+from attnlib._validate import (
+    as_float_array,
+    check_array,
+    check_bool_mask,
+    check_int,
+    check_ndim,
+    type_name,
+)
 from attnlib.core import attend
+from attnlib.heads import merge_heads, split_heads
 from attnlib.torch_mha import unpack_mha
 
-__all__ = ["split_heads", "merge_heads", "MultiHeadAttention", "FusedQKVAttention"]
+__all__ = ["MultiHeadAttention", "FusedQKVAttention"]
 
 
-def _check_n_heads(fn: str, n_heads: Any) -> int:
-    if isinstance(n_heads, bool) or not isinstance(n_heads, (int, np.integer)):
-        raise TypeError(f"{fn}: n_heads must be an int, got {type(n_heads).__name__}")
-    if n_heads <= 0:
-        raise ValueError(f"{fn}: n_heads must be positive, got {n_heads}")
-    return int(n_heads)
-
-
-def _check_array(fn: str, name: str, x: Any, ndim: int, shape_doc: str) -> None:
-    if not (B.is_torch(x) or B.is_numpy(x)):
-        raise TypeError(
-            f"{fn}: {name} must be a numpy.ndarray or a torch.Tensor, got {type(x).__name__}"
-        )
-    if x.ndim != ndim:
-        raise ValueError(f"{fn}: {B.describe(name, x)} must have {ndim} dims {shape_doc}")
-
-
-def split_heads(x, n_heads: int):
-    """Cut the feature axis into heads: (batch, seq, d_model) -> (batch, n_heads, seq, d_head).
-
-    Head h gets features ``h * d_head .. (h + 1) * d_head - 1`` of every position. The
-    reshape splits the feature axis in place, then the head axis moves in front of the
-    position axis (a reshape straight to ``(batch, n_heads, seq, d_head)`` would mix
-    positions up).
-
-    Parameters
-    ----------
-    x : ndarray or Tensor of shape (batch, seq, d_model)
-        Projected queries, keys or values.
-    n_heads : int
-        Number of heads; must divide d_model.
-
-    Returns
-    -------
-    heads : same kind and dtype as x, shape (batch, n_heads, seq, d_head)
-        ``d_head = d_model // n_heads``.
-    """
-    fn = "split_heads"
-    n_heads = _check_n_heads(fn, n_heads)
-    _check_array(fn, "x", x, 3, "(batch, seq, d_model)")
-    batch, seq, d_model = x.shape
-    if d_model % n_heads:
-        raise ValueError(
-            f"{fn}: d_model={d_model} (x of shape {tuple(x.shape)}) is not divisible by "
-            f"n_heads={n_heads}; every head needs the same number of features"
-        )
-    d_head = d_model // n_heads
-    x = x.reshape(batch, seq, n_heads, d_head)  # (batch, seq, n_heads, d_head)
-    return x.swapaxes(1, 2)  # (batch, n_heads, seq, d_head)
-
-
-def merge_heads(x):
-    """Put the heads back side by side: (batch, n_heads, seq, d_head) -> (batch, seq, d_model).
-
-    The inverse of :func:`split_heads`: ``merge_heads(split_heads(x, h))`` equals ``x``.
-
-    Parameters
-    ----------
-    x : ndarray or Tensor of shape (batch, n_heads, seq, d_head)
-
-    Returns
-    -------
-    merged : same kind and dtype as x, shape (batch, seq, n_heads * d_head)
-    """
-    fn = "merge_heads"
-    _check_array(fn, "x", x, 4, "(batch, n_heads, seq, d_head)")
-    batch, n_heads, seq, d_head = x.shape
-    x = x.swapaxes(1, 2)  # (batch, seq, n_heads, d_head)
-    return x.reshape(batch, seq, n_heads * d_head)  # (batch, seq, d_model)
-
-
-def _describe(name: str, x: Any) -> str:
-    return B.describe(name, x)
+# An nn.MultiheadAttention mask means the opposite: say so when a mask is refused.
+_MASK_HINT = (
+    "use mask.bool() if 1 means 'may attend'; an nn.MultiheadAttention mask (True = blocked) "
+    "must be inverted: see attnlib.mask_conventions"
+)
 
 
 class _HeadsMixin:
@@ -114,26 +55,21 @@ class _HeadsMixin:
     def _check_inputs(self, query, key, value) -> None:
         cls = type(self).__name__
         for name, x in (("query", query), ("key", key), ("value", value)):
-            if not isinstance(x, torch.Tensor):
-                raise TypeError(f"{cls}: {name} must be a torch.Tensor, got {type(x).__name__}")
-            if x.ndim != 3:
-                what = "seq_q" if name == "query" else "seq_k"
-                raise ValueError(
-                    f"{cls}: {_describe(name, x)} must have 3 dims (batch, {what}, d_model); "
-                    f"for a single sequence use x[None]"
-                )
-            if not x.is_floating_point():
-                raise TypeError(f"{cls}: {_describe(name, x)} must be a floating-point tensor")
+            check_array(cls, name, x, only="torch")
+            what = "seq_q" if name == "query" else "seq_k"
+            doc = f"(batch, {what}, d_model); for a single sequence use x[None]"
+            check_ndim(cls, name, x, ndim=3, doc=doc)
+            as_float_array(cls, name, x)
             if x.shape[-1] != self.d_model:
                 raise ValueError(
-                    f"{cls}: {_describe(name, x)} has width {x.shape[-1]} but the module has "
+                    f"{cls}: {B.describe(name, x)} has width {x.shape[-1]} but the module has "
                     f"d_model={self.d_model}"
                 )
         dtype = self.W_o.weight.dtype  # type: ignore[attr-defined]
         for name, x in (("query", query), ("key", key), ("value", value)):
             if x.dtype != dtype:
                 raise TypeError(
-                    f"{cls}: {_describe(name, x)} has dtype {x.dtype} but the module's weights "
+                    f"{cls}: {B.describe(name, x)} has dtype {x.dtype} but the module's weights "
                     f"are {dtype}; use module.to({x.dtype}) or x.to({dtype})"
                 )
         if key.shape[:2] != value.shape[:2]:
@@ -153,25 +89,11 @@ class _HeadsMixin:
             return None
         cls = type(self).__name__
         target = (batch, self.n_heads, seq_q, seq_k)
-        if isinstance(mask, np.ndarray):
-            if mask.dtype != np.bool_:
-                raise TypeError(
-                    f"{cls}: {_describe('mask', mask)} must be boolean (True = may attend); a "
-                    f"float 0/1 mask would be added to the scores and block nothing"
-                )
+        # The type and dtype rule is attend's; the shapes are this module's own (a 3-D mask
+        # is (batch, seq_q, seq_k), not broadcast as (n_heads, seq_q, seq_k)).
+        check_bool_mask(cls, "mask", mask, hint=_MASK_HINT)
+        if B.is_numpy(mask):
             mask = torch.from_numpy(mask)
-        if not isinstance(mask, torch.Tensor):
-            raise TypeError(
-                f"{cls}: mask must be a boolean torch.Tensor (True = may attend), got "
-                f"{type(mask).__name__}"
-            )
-        if mask.dtype != torch.bool:
-            raise TypeError(
-                f"{cls}: {_describe('mask', mask)} must be boolean (True = may attend). A float "
-                f"0/1 mask would be added to the scores and block nothing; an "
-                f"nn.MultiheadAttention mask (True = blocked) must be inverted: see "
-                f"attnlib.mask_conventions"
-            )
         shape = tuple(mask.shape)
         if mask.ndim == 2:  # (seq_q, seq_k): the same for every sequence and head
             m4 = mask[None, None]
@@ -191,28 +113,26 @@ class _HeadsMixin:
             )
         return m4.to(device)
 
-    def _attend_heads(self, q, k, v, mask, causal: bool):
+    def _attend_heads(self, q, k, v, mask, causal: bool, align: str):
         """Attention on every head at once, then merge and mix with ``W_o``."""
         q = split_heads(q, self.n_heads)  # (batch, n_heads, seq_q, d_head)
         k = split_heads(k, self.n_heads)  # (batch, n_heads, seq_k, d_head)
         v = split_heads(v, self.n_heads)  # (batch, n_heads, seq_k, d_head)
-        out, weights = attend(q, k, v, mask=mask, causal=causal)  # (batch, n_heads, seq_q, d_head)
+        # (batch, n_heads, seq_q, d_head), (batch, n_heads, seq_q, seq_k)
+        out, weights = attend(q, k, v, mask=mask, causal=causal, align=align)
         out = merge_heads(out)  # (batch, seq_q, d_model)
         return self.W_o(out), weights  # type: ignore[attr-defined]
 
 
 def _check_sizes(cls: str, d_model: Any, n_heads: Any) -> tuple[int, int]:
-    if isinstance(d_model, bool) or not isinstance(d_model, (int, np.integer)):
-        raise TypeError(f"{cls}: d_model must be an int, got {type(d_model).__name__}")
-    if d_model <= 0:
-        raise ValueError(f"{cls}: d_model must be positive, got {d_model}")
-    n_heads = _check_n_heads(cls, n_heads)
+    d_model = check_int(cls, "d_model", d_model, minimum=1)
+    n_heads = check_int(cls, "n_heads", n_heads, minimum=1)
     if d_model % n_heads:
         raise ValueError(
             f"{cls}: d_model={d_model} is not divisible by n_heads={n_heads}; each head gets "
             f"d_model // n_heads features, so choose n_heads among the divisors of d_model"
         )
-    return int(d_model), n_heads
+    return d_model, n_heads
 
 
 class MultiHeadAttention(_HeadsMixin, nn.Module):
@@ -252,7 +172,7 @@ class MultiHeadAttention(_HeadsMixin, nn.Module):
         self.W_v = nn.Linear(self.d_model, self.d_model, bias=bias)
         self.W_o = nn.Linear(self.d_model, self.d_model, bias=bias)
 
-    def forward(self, query, key, value, mask=None, causal: bool = False):
+    def forward(self, query, key, value, mask=None, causal: bool = False, *, align="top_left"):
         """Attend from every query position to the key positions, in every head.
 
         Parameters
@@ -265,8 +185,11 @@ class MultiHeadAttention(_HeadsMixin, nn.Module):
             (batch, 1, seq_k) as from :func:`attnlib.padding_mask`; (batch, n_heads,
             seq_q, seq_k), any axis of size 1 broadcasting.
         causal : bool, default False
-            Also hide keys after the query position (top-left aligned, as
-            ``scaled_dot_product_attention(is_causal=True)``).
+            Also hide keys after the query position: ``attnlib.causal_mask(seq_q, seq_k,
+            align=align)``.
+        align : {"top_left", "bottom_right"}, default "top_left"
+            ``"top_left"`` as ``scaled_dot_product_attention(is_causal=True)``;
+            ``"bottom_right"`` when the queries are the last seq_q of the seq_k positions.
 
         Returns
         -------
@@ -281,7 +204,7 @@ class MultiHeadAttention(_HeadsMixin, nn.Module):
         q = self.W_q(query)  # (batch, seq_q, d_model)
         k = self.W_k(key)  # (batch, seq_k, d_model)
         v = self.W_v(value)  # (batch, seq_k, d_model)
-        return self._attend_heads(q, k, v, mask, causal)
+        return self._attend_heads(q, k, v, mask, causal, align)
 
     @classmethod
     def from_torch(cls, mha: nn.MultiheadAttention) -> MultiHeadAttention:
@@ -307,7 +230,7 @@ class MultiHeadAttention(_HeadsMixin, nn.Module):
         if not isinstance(mha, nn.MultiheadAttention):
             raise TypeError(
                 f"MultiHeadAttention.from_torch: expected nn.MultiheadAttention, got "
-                f"{type(mha).__name__}"
+                f"{type_name(mha)}"
             )
         if not mha._qkv_same_embed_dim:
             raise ValueError(
@@ -367,7 +290,7 @@ class FusedQKVAttention(_HeadsMixin, nn.Module):
         self.W_qkv = nn.Linear(self.d_model, 3 * self.d_model, bias=bias)
         self.W_o = nn.Linear(self.d_model, self.d_model, bias=bias)
 
-    def forward(self, x, mask=None, causal: bool = False):
+    def forward(self, x, mask=None, causal: bool = False, *, align: str = "top_left"):
         """Self-attention: every position of ``x`` is a query, a key and a value.
 
         Parameters
@@ -377,6 +300,8 @@ class FusedQKVAttention(_HeadsMixin, nn.Module):
             True = may attend; the shapes :meth:`MultiHeadAttention.forward` accepts,
             with seq_q = seq_k = seq.
         causal : bool, default False
+        align : {"top_left", "bottom_right"}, default "top_left"
+            As in :meth:`MultiHeadAttention.forward` (with seq_q = seq_k they agree).
 
         Returns
         -------
@@ -388,7 +313,7 @@ class FusedQKVAttention(_HeadsMixin, nn.Module):
         mask = self._check_mask(mask, batch, seq, seq, x.device)
         qkv = self.W_qkv(x)  # (batch, seq, 3 * d_model)
         q, k, v = qkv.split(self.d_model, dim=-1)  # each (batch, seq, d_model)
-        return self._attend_heads(q, k, v, mask, causal)
+        return self._attend_heads(q, k, v, mask, causal, align)
 
     @classmethod
     def from_separate(cls, mha: MultiHeadAttention) -> FusedQKVAttention:
@@ -396,7 +321,7 @@ class FusedQKVAttention(_HeadsMixin, nn.Module):
         if not isinstance(mha, MultiHeadAttention):
             raise TypeError(
                 f"FusedQKVAttention.from_separate: expected attnlib.MultiHeadAttention, got "
-                f"{type(mha).__name__}"
+                f"{type_name(mha)}"
             )
         bias = mha.W_q.bias is not None
         ref = mha.W_q.weight

@@ -20,16 +20,9 @@ import numpy as np
 import torch
 
 from attnlib import _backend as B
+from attnlib._validate import as_float_array, check_int, check_ndim, check_number
 
 __all__ = ["sinusoidal_positions", "rotary_frequencies", "rotary_angles", "apply_rotary"]
-
-
-def _check_int(fn: str, name: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{fn}: {name} must be an int, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{fn}: {name} must be >= {minimum}, got {value}")
-    return int(value)
 
 
 def sinusoidal_positions(seq: int, d_model: int, *, base: float = 10000.0, like=None):
@@ -55,8 +48,9 @@ def sinusoidal_positions(seq: int, d_model: int, *, base: float = 10000.0, like=
         Added to token embeddings of shape (..., seq, d_model).
     """
     fn = "sinusoidal_positions"
-    seq = _check_int(fn, "seq", seq, 0)
-    d_model = _check_int(fn, "d_model", d_model, 2)
+    seq = check_int(fn, "seq", seq, minimum=0)
+    d_model = check_int(fn, "d_model", d_model, minimum=2)
+    base = check_number(fn, "base", base, positive=True)
     if d_model % 2:
         raise ValueError(f"{fn}: d_model must be even (sin/cos pairs), got {d_model}")
     pos = np.arange(seq, dtype=np.float64)[:, None]  # (seq, 1)
@@ -72,7 +66,8 @@ def sinusoidal_positions(seq: int, d_model: int, *, base: float = 10000.0, like=
 def rotary_frequencies(d_k: int, *, base: float = 10000.0) -> np.ndarray:
     """Angular speed of each rotation plane: ``base^(-2i/d_k)``, shape (d_k/2,)."""
     fn = "rotary_frequencies"
-    d_k = _check_int(fn, "d_k", d_k, 2)
+    d_k = check_int(fn, "d_k", d_k, minimum=2)
+    base = check_number(fn, "base", base, positive=True)
     if d_k % 2:
         raise ValueError(f"{fn}: d_k must be even (dimensions are rotated in pairs), got {d_k}")
     return base ** (-np.arange(0, d_k, 2, dtype=np.float64) / d_k)
@@ -106,10 +101,8 @@ def apply_rotary(x, positions=None, *, base: float = 10000.0):
     x_rot : same kind, dtype and shape as x
     """
     fn = "apply_rotary"
-    if not (B.is_torch(x) or B.is_numpy(x)):
-        raise TypeError(f"{fn}: x must be a numpy.ndarray or torch.Tensor, got {type(x)}")
-    if x.ndim < 2 or not B.is_float(x):
-        raise ValueError(f"{fn}: {B.describe('x', x)} must be float with shape (..., seq, d_k)")
+    x = as_float_array(fn, "x", x)
+    check_ndim(fn, "x", x, min_ndim=2, doc="(..., seq, d_k)")
     seq, d_k = x.shape[-2], x.shape[-1]
     if d_k % 2:
         raise ValueError(f"{fn}: {B.describe('x', x)} has odd d_k={d_k}; pairs need even d_k")

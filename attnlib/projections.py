@@ -21,25 +21,21 @@ import torch
 from torch import nn
 
 from attnlib import _backend as B
-from attnlib.core import _same_kind_and_dtype
+from attnlib._validate import (
+    as_float_array,
+    check_array,
+    check_int,
+    check_ndim,
+    same_kind_and_dtype,
+)
 
 __all__ = ["QKVProjection", "linear", "project"]
 
 
 def _check_array(fn: str, name: str, x: Any, min_ndim: int):
-    if not (B.is_torch(x) or B.is_numpy(x)):
-        raise TypeError(
-            f"{fn}: {name} must be a numpy.ndarray or a torch.Tensor, got {type(x).__name__}"
-        )
-    if not B.is_float(x):
-        raise TypeError(f"{fn}: {B.describe(name, x)} must have a floating-point dtype")
-    if x.ndim < min_ndim:
-        raise ValueError(f"{fn}: {B.describe(name, x)} needs at least {min_ndim} dim(s)")
+    x = as_float_array(fn, name, x)
+    check_ndim(fn, name, x, min_ndim=min_ndim)
     return x
-
-
-def _check_together(fn: str, named: dict[str, Any]) -> None:
-    _same_kind_and_dtype(fn, named)  # the same rule, and message, as attnlib.core
 
 
 def linear(x, weight, bias=None):
@@ -80,7 +76,7 @@ def linear(x, weight, bias=None):
                 f"linear: bias has shape {tuple(bias.shape)} but weight has out_features="
                 f"{weight.shape[0]} (shape {tuple(weight.shape)}); bias must be (out_features,)"
             )
-    _check_together(fn, named)
+    same_kind_and_dtype(fn, named)
     y = x @ B.ops_for(x).transpose_last(weight)  # (..., out_features)
     return y if bias is None else y + bias
 
@@ -129,7 +125,7 @@ def project(x, W_q, W_k, W_v):
             f"d_k={W_k.shape[1]} (shape {tuple(W_k.shape)}); queries and keys must have the "
             f"same width to be compared"
         )
-    _check_together(fn, {"x": x, **mats})
+    same_kind_and_dtype(fn, {"x": x, **mats})
     q = x @ W_q  # (..., seq, d_k)
     k = x @ W_k  # (..., seq, d_k)
     v = x @ W_v  # (..., seq, d_v)
@@ -160,12 +156,10 @@ class QKVProjection(nn.Module):
 
     def __init__(self, d_model: int, d_k: int, d_v: int | None = None, *, bias: bool = True):
         super().__init__()
-        for name, val in (("d_model", d_model), ("d_k", d_k), ("d_v", d_v)):
-            if val is None and name == "d_v":
-                continue
-            if isinstance(val, bool) or not isinstance(val, int) or val < 1:
-                raise ValueError(f"QKVProjection: {name} must be a positive int, got {val!r}")
-        d_v = d_k if d_v is None else d_v
+        fn = "QKVProjection"
+        d_model = check_int(fn, "d_model", d_model, minimum=1)
+        d_k = check_int(fn, "d_k", d_k, minimum=1)
+        d_v = d_k if d_v is None else check_int(fn, "d_v", d_v, minimum=1)
         self.d_model, self.d_k, self.d_v = d_model, d_k, d_v
         self.W_q = nn.Linear(d_model, d_k, bias=bias)
         self.W_k = nn.Linear(d_model, d_k, bias=bias)
@@ -184,11 +178,8 @@ class QKVProjection(nn.Module):
         k : Tensor of shape (..., seq, d_k)
         v : Tensor of shape (..., seq, d_v)
         """
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(
-                f"QKVProjection: x must be a torch.Tensor, got {type(x).__name__}; "
-                f"use torch.as_tensor(x, dtype=torch.float32)"
-            )
+        hint = "use torch.as_tensor(x, dtype=torch.float32)"
+        check_array("QKVProjection", "x", x, only="torch", hint=hint)
         if x.ndim < 1 or x.shape[-1] != self.d_model:
             raise ValueError(
                 f"QKVProjection: x has shape {tuple(x.shape)} but the module expects "

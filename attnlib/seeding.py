@@ -7,6 +7,8 @@ import random
 import numpy as np
 import torch
 
+from attnlib._validate import check_int
+
 __all__ = ["seed_everything"]
 
 
@@ -27,9 +29,7 @@ def seed_everything(seed: int) -> np.random.Generator:
         A fresh generator seeded with the same seed, for code that prefers an explicit
         generator.
     """
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise TypeError(f"seed_everything: seed must be an int, got {type(seed).__name__}")
-    seed = int(seed)
+    seed = check_int("seed_everything", "seed", seed)
     if not 0 <= seed < 2**64:
         raise ValueError(f"seed_everything: seed must be in 0..2**64 - 1, got {seed}")
     random.seed(seed)

@@ -1,11 +1,12 @@
 """``torch.nn.MultiheadAttention`` taken apart: its projections as plain matrices.
 
-``nn.MultiheadAttention`` keeps W_Q, W_K and W_V stacked in one ``in_proj_weight`` of shape
+``nn.MultiheadAttention`` keeps W_q, W_k and W_v stacked in one ``in_proj_weight`` of shape
 (3·d_model, d_model) when query, key and value have the same width (and as separate
 ``q_proj_weight``/``k_proj_weight``/``v_proj_weight`` when ``kdim``/``vdim`` differ).
 :func:`unpack_mha` returns them separately, in ``nn.Linear``'s convention (weight of shape
 (out, in), ``y = x @ W.T + b``), and :func:`mha_forward` recomputes the module's output from
-them with :func:`attnlib.attend`, head by head.
+them with :func:`attnlib.projections.linear`, :func:`attnlib.heads.split_heads` and
+:func:`attnlib.attend`, head by head.
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
+from attnlib._validate import check_bool_mask, type_name
 from attnlib.core import attend
+from attnlib.heads import merge_heads, split_heads
+from attnlib.projections import linear
 
 __all__ = ["MHAWeights", "unpack_mha", "mha_forward"]
 
@@ -41,12 +45,12 @@ class MHAWeights(NamedTuple):
 
 
 def unpack_mha(mha: nn.MultiheadAttention) -> MHAWeights:
-    """Split an ``nn.MultiheadAttention`` into W_Q, W_K, W_V, W_O and their biases.
+    """Split an ``nn.MultiheadAttention`` into W_q, W_k, W_v, W_o and their biases.
 
     The returned tensors are views of the module's parameters (gradients flow through them).
     """
     if not isinstance(mha, nn.MultiheadAttention):
-        raise TypeError(f"unpack_mha: expected nn.MultiheadAttention, got {type(mha).__name__}")
+        raise TypeError(f"unpack_mha: expected nn.MultiheadAttention, got {type_name(mha)}")
     if mha.bias_k is not None or mha.add_zero_attn:
         raise ValueError("unpack_mha: add_bias_kv / add_zero_attn are not supported")
     d = mha.embed_dim
@@ -63,11 +67,6 @@ def unpack_mha(mha: nn.MultiheadAttention) -> MHAWeights:
         mha.out_proj.weight, mha.out_proj.bias,
         mha.num_heads, mha.batch_first,
     )  # fmt: skip
-
-
-def _linear(x, W, b):
-    y = x @ W.T
-    return y if b is None else y + b
 
 
 def mha_forward(
@@ -90,27 +89,24 @@ def mha_forward(
     w = unpack_mha(mha)
     if not w.batch_first:  # (seq, batch, d) -> (batch, seq, d)
         query, key, value = (t.transpose(0, 1) for t in (query, key, value))
-    batch, seq_q, d_model = query.shape
+    batch, seq_q, _ = query.shape
     seq_k = key.shape[1]
     h = w.n_heads
-    d_head = d_model // h
-
-    def heads(x):  # (batch, seq, d_model) -> (batch, n_heads, seq, d_head)
-        return x.reshape(batch, x.shape[1], h, d_head).transpose(1, 2)
-
-    q = heads(_linear(query, w.W_q, w.b_q))  # (batch, n_heads, seq_q, d_head)
-    k = heads(_linear(key, w.W_k, w.b_k))  # (batch, n_heads, seq_k, d_head)
-    v = heads(_linear(value, w.W_v, w.b_v))  # (batch, n_heads, seq_k, d_head)
+    q = split_heads(linear(query, w.W_q, w.b_q), h)  # (batch, n_heads, seq_q, d_head)
+    k = split_heads(linear(key, w.W_k, w.b_k), h)  # (batch, n_heads, seq_k, d_head)
+    v = split_heads(linear(value, w.W_v, w.b_v), h)  # (batch, n_heads, seq_k, d_head)
     allowed = torch.ones(batch, 1, seq_q, seq_k, dtype=torch.bool, device=query.device)
+    fn, hint = "mha_forward", "float (additive) masks are not supported here"
     if key_padding_mask is not None:
-        allowed = allowed & ~key_padding_mask.bool()[:, None, None, :]  # True = blocked there
+        kpm = key_padding_mask
+        check_bool_mask(fn, "key_padding_mask", kpm, meaning="True = padding", hint=hint)
+        allowed = allowed & ~key_padding_mask[:, None, None, :]  # True = blocked there
     if attn_mask is not None:
-        if attn_mask.dtype != torch.bool:
-            raise TypeError("mha_forward: only boolean attn_mask (True = blocked) is supported")
+        check_bool_mask(fn, "attn_mask", attn_mask, meaning="True = blocked", hint=hint)
         allowed = allowed & ~attn_mask
     out, weights = attend(q, k, v, mask=allowed)  # (batch, n_heads, seq_q, d_head)
-    out = out.transpose(1, 2).reshape(batch, seq_q, d_model)  # merge heads
-    out = _linear(out, w.W_o, w.b_o)  # (batch, seq_q, d_model)
+    out = merge_heads(out)  # (batch, seq_q, d_model)
+    out = linear(out, w.W_o, w.b_o)  # (batch, seq_q, d_model)
     if not w.batch_first:
         out = out.transpose(0, 1)
     if average_attn_weights:

@@ -17,6 +17,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from attnlib._validate import check_choice, check_int, check_number, type_name
+
 __all__ = ["History", "train", "grad_norms", "progress_bar", "torch_threads"]
 
 
@@ -32,8 +34,7 @@ def torch_threads(n: int | None) -> Iterator[None]:
     if n is None:
         yield
         return
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"torch_threads: n must be a positive int or None, got {n!r}")
+    n = check_int("torch_threads", "n", n, minimum=1)
     before = torch.get_num_threads()
     torch.set_num_threads(n)
     try:
@@ -158,21 +159,12 @@ def train(
     if not params:
         raise ValueError("train: params has no parameter that requires grad")
     if not callable(step):
-        raise TypeError(f"train: step must be callable, step(i) -> loss; got {type(step).__name__}")
-    if isinstance(steps, bool) or not isinstance(steps, int):
-        raise TypeError(f"train: steps must be an int, got {type(steps).__name__}")
-    if steps <= 0:
-        raise ValueError(f"train: steps must be positive, got {steps}")
-    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 < lr < math.inf:
-        raise ValueError(f"train: lr must be a positive finite number, got {lr!r}")
-    if clip is not None and not (isinstance(clip, (int, float)) and 0 < clip < math.inf):
-        raise ValueError(f"train: clip must be a positive finite number or None, got {clip!r}")
-    if optimizer == "adam":
-        opt = torch.optim.Adam(params, lr=lr)
-    elif optimizer == "sgd":
-        opt = torch.optim.SGD(params, lr=lr)
-    else:
-        raise ValueError(f"train: optimizer must be 'adam' or 'sgd', got {optimizer!r}")
+        raise TypeError(f"train: step must be callable, step(i) -> loss; got {type_name(step)}")
+    steps = check_int("train", "steps", steps, minimum=1)
+    lr = check_number("train", "lr", lr, positive=True)
+    clip = check_number("train", "clip", clip, positive=True, none_ok=True)
+    check_choice("train", "optimizer", optimizer, ("adam", "sgd"))
+    opt = (torch.optim.Adam if optimizer == "adam" else torch.optim.SGD)(params, lr=lr)
     with torch_threads(threads), progress_bar(steps, desc, progress) as bar:
         return _loop(params, step, steps, opt, track, clip, bar)
 
@@ -185,7 +177,8 @@ def _loop(params, step, steps, opt, track, clip, bar) -> History:
         loss, extras = result if isinstance(result, tuple) else (result, {})
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
             bar.close()
-            what = f"shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor) else type(loss)
+            is_t = isinstance(loss, torch.Tensor)
+            what = f"shape {tuple(loss.shape)}" if is_t else type_name(loss)
             raise TypeError(
                 f"train: step({i}) must return a one-element loss tensor (or (loss, extras)), "
                 f"got {what}; reduce it with .mean() or .sum()"

@@ -51,6 +51,20 @@ def test_blockwise_causal_with_more_keys_than_queries_matches_attend_top_left():
     torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("align", ["top_left", "bottom_right"])
+@pytest.mark.parametrize(("seq_q", "seq_k"), [(6, 20), (20, 6), (1, 9), (13, 13)])
+@pytest.mark.parametrize("kind", ["torch", "numpy"])
+def test_blockwise_causal_align_matches_attend_with_causal_mask(align, seq_q, seq_k, kind):
+    q, k, v = _qkv((2,), seq_q, seq_k, seed=5)
+    if kind == "numpy":
+        q, k, v = (t.numpy() for t in (q, k, v))
+    mask = attnlib.causal_mask(seq_q, seq_k, align=align, like=q)  # (seq_q, seq_k)
+    want, _ = attnlib.attend(q, k, v, mask)
+    for block_q, block_k in ((4, 4), (3, 5), (256, 256)):
+        out = blockwise_attend(q, k, v, causal=True, align=align, block_q=block_q, block_k=block_k)
+        np.testing.assert_allclose(np.asarray(out), np.asarray(want), rtol=1e-12, atol=1e-12)
+
+
 def test_numpy_and_torch_paths_agree_and_keep_dtype():
     q, k, v = (t.float() for t in _qkv((2,), 50, 50, seed=4))
     t = blockwise_attend(q, k, v, causal=True, block_q=16, block_k=16)

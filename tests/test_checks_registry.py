@@ -101,6 +101,9 @@ def test_cases_are_non_square_where_inputs_are_matrices(name):
 @pytest.mark.parametrize(("name", "mid", "index", "variant"), VARIANTS)
 def test_variant_is_diagnosed_as_exactly_its_misconception(name, mid, index, variant):
     expected = SUPERSETS.get((name, mid), [mid])
+    report = checks.run(name, variant)
+    assert not report.ok, f"{name}: no visible case tells variant {mid}-{index} from the reference"
+    assert report.misconceptions == expected
     assert checks.diagnose(name, variant) == expected
     assert checks.run(name, variant, hidden=True).misconceptions == expected
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 from torch.nn import functional as F
+from torch.nn.attention.bias import causal_lower_right
 
 import attnlib
 from attnlib.kv_cache import KVCache, TinyDecoder, generate, grouped_attend, kv_cache_bytes
@@ -82,10 +83,11 @@ def test_cache_errors_name_the_argument_and_shapes():
 # ---- grouped keys ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("n_kv", [1, 2, 4, 8])
+@pytest.mark.parametrize("n_kv_heads", [1, 2, 4, 8])
 @pytest.mark.parametrize("causal", [False, True])
-def test_grouped_attend_matches_sdpa_enable_gqa(n_kv, causal):
-    q, k, v = _rand(2, 8, 5, 6, seed=1), _rand(2, n_kv, 5, 6, seed=2), _rand(2, n_kv, 5, 3, seed=3)
+def test_grouped_attend_matches_sdpa_enable_gqa(n_kv_heads, causal):
+    q = _rand(2, 8, 5, 6, seed=1)  # (batch, n_heads, seq_q, d_k)
+    k, v = _rand(2, n_kv_heads, 5, 6, seed=2), _rand(2, n_kv_heads, 5, 3, seed=3)
     out, w = grouped_attend(q, k, v, causal=causal)
     want = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
     torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
@@ -94,9 +96,37 @@ def test_grouped_attend_matches_sdpa_enable_gqa(n_kv, causal):
 
 def test_grouped_attend_bottom_right_causal_matches_sdpa_with_a_mask():
     q, k, v = _rand(1, 4, 3, 8, seed=4), _rand(1, 2, 7, 8, seed=5), _rand(1, 2, 7, 8, seed=6)
-    out, _ = grouped_attend(q, k, v, causal=True)
+    out, _ = grouped_attend(q, k, v, causal=True, align="bottom_right")
     mask = torch.ones(3, 7, dtype=torch.bool).tril(diagonal=4)  # query i sees keys 0..4+i
     want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+    torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
+    # torch's own lower-right causal bias is the same mask
+    bias = causal_lower_right(3, 7)
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, enable_gqa=True)
+    torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("align", ["top_left", "bottom_right"])
+@pytest.mark.parametrize(("seq_q", "seq_k"), [(3, 7), (6, 4), (1, 5)])
+def test_causal_means_the_same_in_grouped_attend_attend_and_causal_mask(align, seq_q, seq_k):
+    """One keyword, one meaning: causal=True with align= is causal_mask(..., align=)."""
+    q = _rand(2, 6, seq_q, 8, seed=13)  # (batch, n_heads, seq_q, d_k)
+    k, v = _rand(2, 3, seq_k, 8, seed=14), _rand(2, 3, seq_k, 5, seed=15)  # 3 key/value heads
+    mask = attnlib.causal_mask(seq_q, seq_k, align=align, like=q)  # (seq_q, seq_k)
+    k_rep, v_rep = k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)  # one per query head
+    want, want_w = attnlib.attend(q, k_rep, v_rep, mask)
+    out, w = grouped_attend(q, k, v, causal=True, align=align)
+    torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(w, want_w, rtol=1e-12, atol=1e-12)
+    same, _ = attnlib.attend(q, k_rep, v_rep, causal=True, align=align)
+    torch.testing.assert_close(same, want, rtol=0, atol=0)
+
+
+def test_grouped_attend_default_alignment_is_top_left():
+    q, k, v = _rand(1, 2, 3, 4, seed=16), _rand(1, 1, 6, 4, seed=17), _rand(1, 1, 6, 4, seed=18)
+    out, w = grouped_attend(q, k, v, causal=True)
+    assert not w[..., 3:].any()  # query i sees keys 0..i only
+    want = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
     torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
 
 
@@ -165,6 +195,23 @@ def test_sdpa_and_attnlib_attention_give_the_same_model():
     for block in model.blocks:
         block.attn.use_sdpa = False
     torch.testing.assert_close(model(tokens), fast, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("n_kv_heads", [4, 2])
+def test_sdpa_and_attnlib_attention_agree_with_a_cache(n_kv_heads):
+    """seq_q != seq_k: both paths must align the causal mask bottom-right."""
+    torch.manual_seed(5)
+    model = TinyDecoder(vocab_size=13, d_model=32, n_heads=4, n_kv_heads=n_kv_heads).double()
+    tokens = torch.randint(0, 13, (2, 10))
+    runs = []
+    for use_sdpa in (True, False):
+        for block in model.blocks:
+            block.attn.use_sdpa = use_sdpa
+        caches = model.new_caches(2, 10)
+        chunks = [model(tokens[:, i:j], caches) for i, j in ((0, 4), (4, 7), (7, 10))]
+        runs.append(torch.cat(chunks, 1))  # (batch, seq, vocab_size)
+    torch.testing.assert_close(runs[1], runs[0], rtol=0, atol=1e-12)
+    torch.testing.assert_close(runs[0], model(tokens), rtol=0, atol=1e-10)
 
 
 def test_the_cache_actually_changes_the_output():

@@ -113,7 +113,7 @@ def test_3d_attn_mask_is_batch_major_like_torch():
 )
 @pytest.mark.parametrize("mask", [torch.zeros(2, 3), np.zeros((2, 3)), torch.zeros(2, 3).int()])
 def test_float_and_int_masks_are_refused(fn, mask):
-    with pytest.raises(TypeError, match=r"must be boolean.*adds a float mask to the scores"):
+    with pytest.raises(TypeError, match=r"must be boolean.*added to the scores"):
         fn(mask)
 
 

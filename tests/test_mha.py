@@ -16,7 +16,7 @@ from torch import nn
 
 import attnlib
 from attnlib.mask_conventions import to_torch_attn_mask, to_torch_key_padding_mask
-from attnlib.mha import FusedQKVAttention, MultiHeadAttention, merge_heads, split_heads
+from attnlib.mha import FusedQKVAttention, MultiHeadAttention
 
 BATCH, SEQ_Q, SEQ_K, D_MODEL, N_HEADS = 3, 5, 7, 12, 4  # d_head = 3, all different
 
@@ -47,43 +47,6 @@ def _run_torch(mha, q, k, v, **kw):
     if not mha.batch_first:
         out = out.transpose(0, 1)
     return out, w  # (batch, seq_q, d_model), (batch, n_heads, seq_q, seq_k)
-
-
-# ---------------------------------------------------------------------------------------
-# split / merge
-# ---------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("kind", ["numpy", "torch"])
-def test_split_heads_puts_feature_blocks_in_heads(kind):
-    x = np.arange(2 * 5 * 12, dtype=np.float64).reshape(2, 5, 12)  # (batch, seq, d_model)
-    if kind == "torch":
-        x = torch.as_tensor(x)
-    h = split_heads(x, 3)
-    assert tuple(h.shape) == (2, 3, 5, 4)
-    for b in range(2):
-        for head in range(3):
-            for s in range(5):
-                want = np.asarray(x[b, s, head * 4 : (head + 1) * 4])
-                np.testing.assert_array_equal(np.asarray(h[b, head, s]), want)
-    back = merge_heads(h)
-    assert type(back) is type(x)
-    np.testing.assert_array_equal(np.asarray(back), np.asarray(x))
-
-
-def test_split_merge_errors_name_the_problem():
-    with pytest.raises(ValueError, match=r"d_model=10 .* not divisible by n_heads=3"):
-        split_heads(np.zeros((2, 4, 10)), 3)
-    with pytest.raises(ValueError, match=r"x .*shape \(4, 10\).* must have 3 dims"):
-        split_heads(np.zeros((4, 10)), 2)
-    with pytest.raises(ValueError, match="n_heads must be positive"):
-        split_heads(np.zeros((2, 4, 10)), 0)
-    with pytest.raises(TypeError, match="n_heads must be an int"):
-        split_heads(np.zeros((2, 4, 10)), 2.0)
-    with pytest.raises(ValueError, match="must have 4 dims"):
-        merge_heads(np.zeros((2, 4, 10)))
-    with pytest.raises(TypeError, match="numpy.ndarray or a torch.Tensor"):
-        merge_heads([[1.0]])
 
 
 # ---------------------------------------------------------------------------------------
@@ -302,7 +265,7 @@ def test_fused_matches_torch_in_proj_layout():
 def test_constructor_errors():
     with pytest.raises(ValueError, match="d_model=10 is not divisible by n_heads=4"):
         MultiHeadAttention(10, 4)
-    with pytest.raises(ValueError, match="n_heads must be positive"):
+    with pytest.raises(ValueError, match="MultiHeadAttention: n_heads must be >= 1, got 0"):
         MultiHeadAttention(8, 0)
     with pytest.raises(TypeError, match="d_model must be an int"):
         MultiHeadAttention(8.0, 2)

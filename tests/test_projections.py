@@ -195,8 +195,10 @@ def test_project_errors_name_argument_and_shapes():
 
 
 def test_qkv_projection_errors():
-    with pytest.raises(ValueError, match="d_k must be a positive int"):
+    with pytest.raises(ValueError, match="QKVProjection: d_k must be >= 1, got 0"):
         QKVProjection(4, 0)
+    with pytest.raises(TypeError, match="QKVProjection: d_model must be an int, got float"):
+        QKVProjection(4.0, 2)
     module = QKVProjection(4, 3)
     assert module.d_v == 3
     with pytest.raises(ValueError, match=r"shape \(2, 5\).*d_model=4"):

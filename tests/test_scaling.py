@@ -267,17 +267,17 @@ def test_train_retrieval_first_step_matches_manual_autograd():
     threads = torch.get_num_threads()
     h = scaling.train_retrieval(task, 1 / 16, d_k=64, seed=5, progress=False)
     assert torch.get_num_threads() == threads  # restored
-    assert set(h.keys()) >= {"loss", "grad/W_Q", "grad/W_K", "entropy", "max_weight"}
+    assert set(h.keys()) >= {"loss", "grad/W_q", "grad/W_k", "entropy", "max_weight"}
     g = torch.Generator().manual_seed(5)
-    W_Q = (torch.randn(32, 64, generator=g, dtype=torch.float64) / math.sqrt(32)).requires_grad_()
-    W_K = (torch.randn(32, 64, generator=g, dtype=torch.float64) / math.sqrt(32)).requires_grad_()
+    W_q = (torch.randn(32, 64, generator=g, dtype=torch.float64) / math.sqrt(32)).requires_grad_()
+    W_k = (torch.randn(32, 64, generator=g, dtype=torch.float64) / math.sqrt(32)).requires_grad_()
     x_q, x, v, want = task.batch(0)
-    s = torch.einsum("bd,bkd->bk", x_q @ W_Q, x @ W_K) / 16
+    s = torch.einsum("bd,bkd->bk", x_q @ W_q, x @ W_k) / 16
     w = torch.softmax(s, -1)
     loss = ((torch.einsum("bk,bkv->bv", w, v) - want) ** 2).sum(-1).mean()
     loss.backward()
     assert h["loss"][0] == pytest.approx(loss.item(), rel=1e-10)
-    assert h["grad/W_Q"][0] == pytest.approx(W_Q.grad.norm().item(), rel=1e-10)
+    assert h["grad/W_q"][0] == pytest.approx(W_q.grad.norm().item(), rel=1e-10)
     assert h["entropy"][0] == pytest.approx(scaling.softmax_entropy(w.detach()).mean().item())
     h2 = scaling.train_retrieval(task, 1 / 16, d_k=64, seed=5, progress=False)
     np.testing.assert_array_equal(h["loss"], h2["loss"])  # deterministic
@@ -298,7 +298,7 @@ def test_training_claims_hold_on_other_seeds(seed):
     assert flat.last("loss", 20) > 10 * good.last("loss", 20)
     assert 3 * good.last("loss", 20) < tiny.last("loss", 20)
     assert best_flat > 0.5  # never below 0.5 within the 100 steps
-    g0 = {c: np.median(h["grad/W_Q"][:10]) for c, h in runs.items()}
+    g0 = {c: np.median(h["grad/W_q"][:10]) for c, h in runs.items()}
     assert g0[1.0] > 3 * g0[1 / 16] and g0[1 / 256] < g0[1 / 16] / 15
     s0 = {c: np.median(h["grad_scores_median"][:10]) for c, h in runs.items()}
     assert s0[1.0] < s0[1 / 16] / 100

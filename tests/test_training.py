@@ -131,12 +131,13 @@ def test_non_finite_loss_raises_floating_point_error(bad):
     [
         ({"params": []}, ValueError, "train: params has no parameter that requires grad"),
         ({"params": [torch.zeros(2)]}, ValueError, "params has no parameter that requires grad"),
-        ({"steps": 0}, ValueError, "train: steps must be positive, got 0"),
+        ({"steps": 0}, ValueError, "train: steps must be >= 1, got 0"),
         ({"steps": 2.5}, TypeError, "train: steps must be an int, got float"),
-        ({"lr": -0.1}, ValueError, "train: lr must be a positive finite number, got -0.1"),
-        ({"lr": math.nan}, ValueError, "lr must be a positive finite number, got nan"),
+        ({"lr": -0.1}, ValueError, "train: lr must be finite and > 0, got -0.1"),
+        ({"lr": math.nan}, ValueError, "lr must be finite and > 0, got nan"),
+        ({"lr": "0.1"}, TypeError, "train: lr must be a number, got str"),
         ({"optimizer": "rmsprop"}, ValueError, "optimizer must be 'adam' or 'sgd', got 'rmsprop'"),
-        ({"clip": 0}, ValueError, "train: clip must be a positive finite number or None, got 0"),
+        ({"clip": 0}, ValueError, "train: clip must be finite and > 0, got 0"),
         ({"step": "loss"}, TypeError, "train: step must be callable"),
         (
             {"step": lambda i: torch.ones(3, requires_grad=True)},
@@ -152,6 +153,7 @@ def test_non_finite_loss_raises_floating_point_error(bad):
         "steps-float",
         "lr-neg",
         "lr-nan",
+        "lr-str",
         "optimizer",
         "clip-0",
         "step-not-callable",
@@ -176,7 +178,7 @@ def test_torch_threads_sets_and_restores_and_rejects_bad_counts():
     assert torch.get_num_threads() == before
     with torch_threads(None):
         assert torch.get_num_threads() == before
-    with pytest.raises(ValueError, match="torch_threads: n must be a positive int"):
+    with pytest.raises(ValueError, match="torch_threads: n must be >= 1, got 0"):
         with torch_threads(0):
             pass
 

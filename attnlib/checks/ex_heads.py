@@ -15,7 +15,7 @@ import numpy as np
 
 from attnlib.checks._core import Case, Exercise, Misconception, register
 
-# The references are written here, apart from attnlib.mha.split_heads / merge_heads (which
+# The references are written here, apart from attnlib.heads.split_heads / merge_heads (which
 # learners must not call); tests/test_ex_heads.py proves the two equal.
 
 
@@ -78,7 +78,7 @@ register(
         reference=_split_reference,
         make_cases=_split_cases,
         exact=True,
-        forbidden=("attnlib.mha.split_heads",),
+        forbidden=("attnlib.heads.split_heads",),
         misconceptions=(
             Misconception(
                 "heads-reshape-without-transpose",
@@ -146,7 +146,7 @@ register(
         reference=_merge_reference,
         make_cases=_merge_cases,
         exact=True,
-        forbidden=("attnlib.mha.merge_heads",),
+        forbidden=("attnlib.heads.merge_heads",),
         misconceptions=(
             Misconception(
                 "merge-wrong-order",

@@ -1,21 +1,18 @@
 """Interactive explorers (ipywidgets) for lectures and self-study.
 
+One module per explorer — :mod:`~attnlib.explorers.query` (lesson 03),
+:mod:`~attnlib.explorers.scale` (04), :mod:`~attnlib.explorers.heads` (07),
+:mod:`~attnlib.explorers.mask` (08) — and one helper, ``_render``, that draws a figure to
+PNG in the course style and wires controls, readout and image into a widget box.
+
 Each explorer is a pure *state* function (control values in, everything shown out) and a
-builder that wires widgets to it, so it can be tested without a browser.
+builder that wires widgets to it, so it can be tested without a browser. Lessons write
+``from attnlib.explorers import query_explorer, query_state``.
 """
 
-from attnlib.explorers._all import (
-    MASK_MODES,
-    HeadState,
-    MaskState,
-    QueryState,
-    head_explorer,
-    head_state,
-    mask_explorer,
-    mask_state,
-    query_explorer,
-    query_state,
-)
+from attnlib.explorers.heads import HeadState, head_explorer, head_state
+from attnlib.explorers.mask import MASK_MODES, MaskState, mask_explorer, mask_state
+from attnlib.explorers.query import QueryState, query_explorer, query_state
 from attnlib.explorers.scale import ExplorerState, explorer_state, scaling_explorer
 
 __all__ = [

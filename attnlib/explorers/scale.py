@@ -1,6 +1,6 @@
-"""Interactive explorers for lectures and self-study (ipywidgets).
+"""The scaling explorer (lesson 04).
 
-:func:`scaling_explorer` (lesson 04) shows how one query's weights react to the key width
+:func:`scaling_explorer` shows how one query's weights react to the key width
 d_k and to the scale multiplying q·k. It is split in two so that it can be tested without
 a browser:
 
@@ -11,12 +11,12 @@ a browser:
   exactly what dragging the slider does.
 
 The figure is rendered to PNG with matplotlib's Agg canvas (no pyplot state is touched)
-and shown in an ``ipywidgets.Image``; the numbers go to an ``ipywidgets.HTML`` readout.
+and shown in an ``ipywidgets.Image``; the numbers go to an ``ipywidgets.HTML`` readout
+(:mod:`attnlib.explorers._render`).
 """
 
 from __future__ import annotations
 
-import io
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -24,6 +24,7 @@ from functools import lru_cache
 import numpy as np
 
 from attnlib.core import softmax
+from attnlib.explorers._render import explorer_box, figure_png
 from attnlib.tasks.scaling import softmax_entropy, softmax_jacobian
 
 __all__ = ["D_K_CHOICES", "ExplorerState", "explorer_state", "render_png", "scaling_explorer"]
@@ -112,19 +113,9 @@ def explorer_state(
 
 def render_png(state: ExplorerState) -> bytes:
     """The explorer's figure for ``state`` as PNG bytes (Agg canvas, no pyplot)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    from attnlib.plot import explorer_view
 
-    from attnlib.plot._base import course_style
-    from attnlib.plot._scaling import explorer_view
-
-    with course_style():
-        fig = Figure(figsize=(9.0, 3.0), layout="constrained")
-        FigureCanvasAgg(fig)
-        explorer_view(state, axes=fig.subplots(1, 2))
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png")
-    return buf.getvalue()
+    return figure_png(lambda fig: explorer_view(state, axes=fig.subplots(1, 2)), (9.0, 3.0))
 
 
 def scaling_explorer(d_k: int = 64, scale: float | None = None, *, seq_k: int = 16, seed: int = 0):
@@ -165,23 +156,16 @@ def scaling_explorer(d_k: int = 64, scale: float | None = None, *, seq_k: int = 
         continuous_update=False,
     )
     button = W.Button(description="scale = 1/√d_k")
-    readout = W.HTML()
-    image = W.Image(format="png")
-    box = W.VBox([W.HBox([d_k_slider, scale_slider, button]), readout, image])
-
-    def update(*_):
-        state = explorer_state(d_k_slider.value, scale_slider.value, seq_k=seq_k, seed=seed)
-        box.state = state
-        readout.value = f"<code>{state.summary()}</code>"
-        image.value = render_png(state)
+    box = explorer_box(
+        [(d_k_slider, scale_slider, button)],
+        {"d_k_slider": d_k_slider, "scale_slider": scale_slider},
+        lambda: explorer_state(d_k_slider.value, scale_slider.value, seq_k=seq_k, seed=seed),
+        render_png,
+    )
 
     def standard(_):
         scale_slider.value = 1 / math.sqrt(d_k_slider.value)
 
-    d_k_slider.observe(update, names="value")
-    scale_slider.observe(update, names="value")
     button.on_click(standard)
-    box.d_k_slider, box.scale_slider, box.standard_button = d_k_slider, scale_slider, button
-    box.readout, box.image = readout, image
-    update()
+    box.standard_button = button
     return box

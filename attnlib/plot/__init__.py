@@ -35,23 +35,23 @@ __all__ = [
 
 # Lesson 04: why divide by √d_k.
 from attnlib.plot._scaling import (  # noqa: E402
+    entropy_gradient_vs_scale,
     explorer_grid,
     explorer_view,
     gradient_vs_width,
     saturation_vs_width,
     score_histograms,
-    temperature_sweep,
     training_curves,
     variance_vs_width,
 )
 
 __all__ += [
+    "entropy_gradient_vs_scale",
     "explorer_grid",
     "explorer_view",
     "gradient_vs_width",
     "saturation_vs_width",
     "score_histograms",
-    "temperature_sweep",
     "training_curves",
     "variance_vs_width",
 ]

@@ -68,7 +68,8 @@ def _position_ticks(axis, n: int, labels) -> None:
         axis.set_major_locator(MaxNLocator(nbins=8, integer=True))
 
 
-def _as_numpy(x) -> np.ndarray:
+def as_numpy(x) -> np.ndarray:
+    """What a figure plots: a numpy array (a tensor is detached, moved to the CPU, float32)."""
     if hasattr(x, "detach"):
         x = x.detach().cpu().float().numpy()
     return np.asarray(x)
@@ -99,7 +100,7 @@ def heatmap(
     annotate : bool, optional
         Write each value in its cell; default True when the matrix is at most 10 x 10.
     """
-    m = _as_numpy(matrix)
+    m = as_numpy(matrix)
     if m.ndim != 2:
         raise ValueError(f"heatmap: matrix must be 2-D (seq_q, seq_k), got shape {m.shape}")
     if kind not in ("weights", "scores"):
@@ -155,7 +156,7 @@ def bars(
     highlight: int | None = None,
 ):
     """Bar chart of one vector (e.g. one query's scores or weights over the keys)."""
-    v = _as_numpy(values)
+    v = as_numpy(values)
     if v.ndim != 1:
         raise ValueError(f"bars: values must be 1-D, got shape {v.shape}")
     if labels is not None and len(labels) != len(v):
@@ -183,7 +184,7 @@ def vectors(
     axis_labels=("feature 0", "feature 1"),
 ):
     """Arrows from the origin for 2-D vectors (e.g. a query and the keys it is compared to)."""
-    v = _as_numpy(vecs)
+    v = as_numpy(vecs)
     if v.ndim != 2 or v.shape[1] != 2 or v.shape[0] == 0:
         raise ValueError(f"vectors: vecs must have shape (n, 2) with n >= 1, got {v.shape}")
     if labels is not None and len(labels) != len(v):
@@ -223,7 +224,7 @@ def attention_grid(
 
     weights : array-like of shape (n_maps, seq_q, seq_k)
     """
-    w = _as_numpy(weights)
+    w = as_numpy(weights)
     if w.ndim != 3:
         raise ValueError(f"attention_grid: weights must be (n_maps, seq_q, seq_k), got {w.shape}")
     n = w.shape[0]

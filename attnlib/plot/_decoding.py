@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from attnlib.plot._base import PALETTE, SCORES_CMAP, _as_numpy, course_style, new_axes
+from attnlib.plot._base import PALETTE, SCORES_CMAP, as_numpy, course_style, new_axes
 
 
 def cost_curves(
@@ -58,7 +58,7 @@ def position_codes(P, *, ax=None, title: str | None = "sinusoidal position codes
 
     P : array-like of shape (seq, d_model)
     """
-    m = _as_numpy(P)
+    m = as_numpy(P)
     if m.ndim != 2:
         raise ValueError(f"position_codes: P must be (seq, d_model), got shape {m.shape}")
     ax = new_axes(ax, figsize=(5.0, 3.8))
@@ -78,12 +78,12 @@ def score_vs_offset(offsets, scores: Mapping[str, Sequence[float]], *, ax=None, 
     offsets : array-like of int of shape (n,)
     scores : mapping of label -> array-like of shape (n,), e.g. several query positions
     """
-    off = _as_numpy(offsets)
+    off = as_numpy(offsets)
     ax = new_axes(ax, figsize=(5.5, 3.2))
     with course_style():
         styles = ("-", "--", ":", "-.")
         for i, (label, s) in enumerate(scores.items()):
-            ax.plot(off, _as_numpy(s), styles[i % 4], color=PALETTE[i % len(PALETTE)], label=label)
+            ax.plot(off, as_numpy(s), styles[i % 4], color=PALETTE[i % len(PALETTE)], label=label)
         ax.axhline(0, color="0.7", lw=0.8)
         ax.set_xlabel("offset (key position − query position)")
         ax.set_ylabel("score q·k")

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 
-from attnlib.plot._base import PALETTE, _as_numpy, course_style, new_axes
+from attnlib.plot._base import PALETTE, as_numpy, course_style, new_axes
 
 
 def _smooth(y: np.ndarray, window: int) -> np.ndarray:
@@ -50,7 +50,7 @@ def learning_curves(
     ax = new_axes(ax, figsize=(5.5, 3.6))
     with course_style():
         for i, (label, y) in enumerate(curves.items()):
-            y = _as_numpy(y).astype(float)
+            y = as_numpy(y).astype(float)
             if y.ndim != 1:
                 raise ValueError(f"learning_curves: {label!r} must be 1-D, got shape {y.shape}")
             color = PALETTE[i % len(PALETTE)]
@@ -101,7 +101,7 @@ def feature_spaces(
             figsize=(3.3 * len(feats), 3.0 * len(spaces)),
         )
         for r, space in enumerate(spaces):
-            p = _as_numpy(points[space])
+            p = as_numpy(points[space])
             if p.ndim != 2 or p.shape[1] != 2:
                 raise ValueError(f"feature_spaces: points[{space!r}] must be (n, 2), got {p.shape}")
             for c, feat in enumerate(feats):
@@ -134,7 +134,7 @@ def grad_norm_curves(norms: Mapping[str, Sequence[float]], *, ax=None, smooth: i
     ax = new_axes(ax, figsize=(5.5, 3.4))
     with course_style():
         for i, (name, y) in enumerate(norms.items()):
-            y = _as_numpy(y).astype(float)
+            y = as_numpy(y).astype(float)
             ax.plot(np.arange(1, len(y) + 1), _smooth(y, smooth), color=PALETTE[i % len(PALETTE)],
                     lw=1.6, label=f"‖∂L/∂{name}‖")  # fmt: skip
         ax.set_yscale("log")
@@ -149,7 +149,7 @@ def entropy_curve(entropy: Sequence[float], *, seq_k: int | None = None, ax=None
 
     ``seq_k`` draws the maximum, ``log(seq_k)`` (uniform weights).
     """
-    y = _as_numpy(entropy).astype(float)
+    y = as_numpy(entropy).astype(float)
     ax = new_axes(ax, figsize=(5.0, 3.2))
     with course_style():
         ax.plot(np.arange(1, len(y) + 1), y, color=PALETTE[3], lw=1.8, label="entropy")

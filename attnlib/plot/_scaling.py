@@ -13,14 +13,14 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import NullLocator
 
-from attnlib.plot._base import PALETTE, _as_numpy, course_style, new_axes
+from attnlib.plot._base import PALETTE, as_numpy, course_style, new_axes
 
 SCALED, UNSCALED, THIRD = PALETTE[0], PALETTE[1], PALETTE[3]
 
 
 def _band(ax, x, rows, color, label, *, lo=10, hi=90, center="mean", ls="-"):
     """A line (mean or median over rows) with a percentile band. rows: (len(x), n_rows)."""
-    rows = _as_numpy(rows)
+    rows = as_numpy(rows)
     mid = rows.mean(axis=1) if center == "mean" else np.median(rows, axis=1)
     ax.fill_between(
         x,
@@ -55,19 +55,19 @@ def variance_vs_width(d_ks, measured, *, scaled=None, tolerance=None, ax=None):
         Relative half-width of the band a correct measurement stays in (error bars).
     """
     d = np.asarray(d_ks, dtype=float)
-    m = _as_numpy(measured)
+    m = as_numpy(measured)
     ax = new_axes(ax, figsize=(5.0, 3.8))
     with course_style():
         grid = np.geomspace(d.min() / 1.5, d.max() * 1.5, 50)
         ax.plot(grid, grid, color="0.55", lw=1, ls="--", label="predicted: d_k")
-        err = None if tolerance is None else _as_numpy(tolerance) * d
+        err = None if tolerance is None else as_numpy(tolerance) * d
         ax.errorbar(d, m, yerr=err, fmt="o", color=UNSCALED, ms=5, capsize=3, label="measured: q·k")
         if scaled is not None:
             ax.plot(grid, np.ones_like(grid), color="0.55", lw=1, ls=":", label="predicted: 1")
-            s_err = None if tolerance is None else _as_numpy(tolerance)
+            s_err = None if tolerance is None else as_numpy(tolerance)
             ax.errorbar(
                 d,
-                _as_numpy(scaled),
+                as_numpy(scaled),
                 yerr=s_err,
                 fmt="s",
                 color=SCALED,
@@ -100,7 +100,7 @@ def score_histograms(samples: Mapping[int, np.ndarray], *, bins: int = 60):
     d_ks = list(samples)
     if not d_ks:
         raise ValueError("score_histograms: samples is empty")
-    raw_lim = max(float(np.percentile(np.abs(_as_numpy(samples[d])), 99.9)) for d in d_ks)
+    raw_lim = max(float(np.percentile(np.abs(as_numpy(samples[d])), 99.9)) for d in d_ks)
     with course_style():
         fig, axes = plt.subplots(
             2,
@@ -113,7 +113,7 @@ def score_histograms(samples: Mapping[int, np.ndarray], *, bins: int = 60):
         z = np.linspace(-4.5, 4.5, 200)
         normal = np.exp(-0.5 * z**2) / math.sqrt(2 * math.pi)
         for j, d_k in enumerate(d_ks):
-            x = _as_numpy(samples[d_k])
+            x = as_numpy(samples[d_k])
             top, bottom = axes[0, j], axes[1, j]
             counts, edges = np.histogram(x, bins=np.linspace(-raw_lim, raw_lim, bins), density=True)
             top.stairs(counts, edges, fill=True, color=UNSCALED, alpha=0.8)  # one artist, fast
@@ -185,7 +185,7 @@ def gradient_vs_width(d_ks, scaled, unscaled, *, field: str = "grad_scores", ax=
     ax = new_axes(ax, figsize=(5.2, 3.8))
     with course_style():
         for stats, color, label in ((scaled, SCALED, "q·k / √d_k"), (unscaled, UNSCALED, "q·k")):
-            rows = _as_numpy(getattr(stats, field))
+            rows = as_numpy(getattr(stats, field))
             _band(ax, d, rows, color, f"{label}: median", center="median")
             ax.plot(d, rows.mean(axis=1), ls="--", color=color, lw=1, label=f"{label}: mean")
         _log(ax, "x", base=2)
@@ -204,7 +204,7 @@ def gradient_vs_width(d_ks, scaled, unscaled, *, field: str = "grad_scores", ax=
     return ax
 
 
-def temperature_sweep(scales, stats, *, mark: float, seq_k: int, ax=None):
+def entropy_gradient_vs_scale(scales, stats, *, mark: float, seq_k: int, ax=None):
     """Both failure modes on one plot: entropy (left axis) and gradient (right, log).
 
     Parameters
@@ -222,7 +222,7 @@ def temperature_sweep(scales, stats, *, mark: float, seq_k: int, ax=None):
     -------
     Axes (the entropy axis; the gradient axis is ``ax.right``)
     """
-    c = _as_numpy(scales)
+    c = as_numpy(scales)
     ax = new_axes(ax, figsize=(6.4, 3.9))
     with course_style():
         _band(ax, c, stats.entropy, SCALED, "entropy (mean)")
@@ -266,12 +266,12 @@ def temperature_sweep(scales, stats, *, mark: float, seq_k: int, ax=None):
 
 
 def training_curves(histories: Mapping[str, object], *, colors: Sequence[str] | None = None):
-    """Loss and the gradient norms of W_Q and W_K per step, one line per run.
+    """Loss and the gradient norms of W_q and W_k per step, one line per run.
 
     Parameters
     ----------
     histories : mapping label -> History
-        Each with ``loss``, ``grad/W_Q`` and ``grad/W_K`` (see
+        Each with ``loss``, ``grad/W_q`` and ``grad/W_k`` (see
         :func:`attnlib.tasks.scaling.train_retrieval`).
 
     Returns
@@ -281,7 +281,7 @@ def training_curves(histories: Mapping[str, object], *, colors: Sequence[str] | 
     colors = colors or (SCALED, UNSCALED, THIRD, PALETTE[5])
     with course_style():
         fig, axes = plt.subplots(1, 3, figsize=(11.0, 3.5), layout="constrained")
-        keys = ("loss", "grad/W_Q", "grad/W_K")
+        keys = ("loss", "grad/W_q", "grad/W_k")
         lowest = dict.fromkeys(keys, np.inf)
         for (label, h), color in zip(histories.items(), colors, strict=False):
             for ax, key in zip(axes, keys, strict=True):
@@ -293,7 +293,7 @@ def training_curves(histories: Mapping[str, object], *, colors: Sequence[str] | 
                     np.arange(k - 1, len(y)), smooth, color=color, lw=1.6, label=f"scale {label}"
                 )
                 lowest[key] = min(lowest[key], float(smooth.min()))
-        titles = ("loss", "‖∂loss/∂W_Q‖", "‖∂loss/∂W_K‖")
+        titles = ("loss", "‖∂loss/∂W_q‖", "‖∂loss/∂W_k‖")
         for ax, key, title in zip(axes, keys, titles, strict=True):
             _log(ax, "y")
             # a single step can reach ~0 (a confident right answer): show the smoothed range
@@ -305,7 +305,7 @@ def training_curves(histories: Mapping[str, object], *, colors: Sequence[str] | 
 
 
 def _weights_panel(ax, state):
-    w = _as_numpy(state.weights)
+    w = as_numpy(state.weights)
     ax.bar(range(len(w)), w, color=SCALED)
     ax.axhline(1 / len(w), color="0.5", ls="--", lw=1)
     ax.set_ylim(0, 1.0)

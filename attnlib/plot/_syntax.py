@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from attnlib.plot._base import PALETTE, _as_numpy, course_style, new_axes
+from attnlib.plot._base import PALETTE, as_numpy, course_style, new_axes
 
 __all__ = ["role_scatter", "grouped_bars"]
 
@@ -23,7 +23,7 @@ def role_scatter(
         Index into ``names``; every label gets its own colour and legend entry.
     names : sequence of str
     """
-    p, lab = _as_numpy(points), _as_numpy(labels)
+    p, lab = as_numpy(points), as_numpy(labels)
     if p.ndim != 2 or p.shape[1] != 2:
         raise ValueError(f"role_scatter: points must have shape (n_tokens, 2), got {p.shape}")
     if lab.shape != (p.shape[0],):
@@ -58,7 +58,7 @@ def grouped_bars(
     E.g. the mean attention weight each head (group) gives the subject and the attractor
     (series), or probe accuracies of keys and values (series) for each label (group).
     """
-    v = _as_numpy(values)
+    v = as_numpy(values)
     if v.shape != (len(groups), len(series)):
         raise ValueError(
             f"grouped_bars: values must have shape ({len(groups)}, {len(series)}) = "

@@ -25,6 +25,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from attnlib._validate import check_int
 from attnlib.tasks.shipped import data_file
 
 __all__ = [
@@ -180,8 +181,7 @@ def _sentence(rng: random.Random) -> Sentence:
 
 def generate(n_sentences: int = N_SENTENCES, seed: int = SEED) -> list[Sentence]:
     """Draw ``n_sentences`` labelled sentences from the grammar, reproducibly from ``seed``."""
-    if isinstance(n_sentences, bool) or not isinstance(n_sentences, int) or n_sentences < 1:
-        raise ValueError(f"generate: n_sentences must be a positive int, got {n_sentences!r}")
+    check_int("generate", "n_sentences", n_sentences, minimum=1)
     rng = random.Random(seed)
     return [_sentence(rng) for _ in range(n_sentences)]
 

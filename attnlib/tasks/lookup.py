@@ -33,13 +33,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from attnlib._validate import check_choice, check_int, type_name
 from attnlib.core import attend
-from attnlib.training import History, progress_bar, torch_threads, train
+from attnlib.training import History, torch_threads, train
 
 __all__ = [
     "MODES",
-    "one_thread",
-    "progress_bar",
     "LookupBatch",
     "LookupAttention",
     "lookup_batch",
@@ -103,6 +102,8 @@ def lookup_batch(names, numbers, query_pos, n_names: int, n_numbers: int):
     target : int64 ndarray of shape (batch,)
         The number carried by the asked token.
     """
+    n_names = check_int("lookup_batch", "n_names", n_names, minimum=1)
+    n_numbers = check_int("lookup_batch", "n_numbers", n_numbers, minimum=1)
     names = _check_int_array("names", names, 2)
     numbers = _check_int_array("numbers", numbers, 2)
     query_pos = _check_int_array("query_pos", query_pos, 1)
@@ -134,6 +135,15 @@ def sample_lookup(
     batch: int, *, seq_k: int, n_names: int, n_numbers: int, generator: np.random.Generator
 ) -> LookupBatch:
     """Draw a batch of the task: names distinct within a sequence, numbers with repeats."""
+    fn = "sample_lookup"
+    batch = check_int(fn, "batch", batch, minimum=1)
+    seq_k = check_int(fn, "seq_k", seq_k, minimum=1)
+    n_names = check_int(fn, "n_names", n_names, minimum=1)
+    n_numbers = check_int(fn, "n_numbers", n_numbers, minimum=1)
+    if not isinstance(generator, np.random.Generator):
+        raise TypeError(
+            f"{fn}: generator must be a numpy.random.Generator, got {type_name(generator)}"
+        )
     if seq_k > n_names:
         raise ValueError(
             f"sample_lookup: seq_k={seq_k} needs at least as many names, got {n_names}"
@@ -172,8 +182,11 @@ class LookupAttention(nn.Module):
 
     def __init__(self, d_model: int, d_head: int, n_out: int, mode: str = "separate"):
         super().__init__()
-        if mode not in MODES:
-            raise ValueError(f"LookupAttention: mode must be one of {MODES}, got {mode!r}")
+        fn = "LookupAttention"
+        d_model = check_int(fn, "d_model", d_model, minimum=1)
+        d_head = check_int(fn, "d_head", d_head, minimum=1)
+        n_out = check_int(fn, "n_out", n_out, minimum=1)
+        check_choice(fn, "mode", mode, MODES)
         self.mode = mode
         self.d_head = d_head
         self.W_q = nn.Linear(d_model, d_head, bias=False)
@@ -203,12 +216,6 @@ class LookupAttention(nn.Module):
         return self.W_o(out[:, 0]), weights  # (batch, n_out)
 
 
-# Kept under their lesson-05 names; the implementations live in attnlib.training.
-def one_thread():
-    """Run torch on one thread inside the block (restored after); see ``torch_threads``."""
-    return torch_threads(1)
-
-
 def make_lookup(mode: str, *, d_head: int, n_names: int, n_numbers: int, seed: int):
     """A freshly initialised :class:`LookupAttention`, seeded."""
     torch.manual_seed(seed)
@@ -217,7 +224,7 @@ def make_lookup(mode: str, *, d_head: int, n_names: int, n_numbers: int, seed: i
 
 def accuracy(model: LookupAttention, batch: LookupBatch) -> float:
     """Fraction of queries whose arg-max logit is the asked token's number."""
-    with torch.no_grad(), one_thread():  # one thread: the same low bits, the same arg-max
+    with torch.no_grad(), torch_threads(1):  # one thread: the same low bits, the same arg-max
         logits, _ = model(batch.query, batch.tokens)
     return float((logits.argmax(-1) == batch.target).double().mean())
 
@@ -243,8 +250,10 @@ def fit_lookup(
     examples the model has not seen before. ``probe(model) -> dict`` (optional) is called
     before each update; its numbers are recorded under their own names (e.g. the entropy
     of a fixed example's attention). ``track`` records gradient norms (see
-    :func:`attnlib.training.train`).
+    :func:`attnlib.training.train`, which runs the loop on one thread and shows the
+    progress bar, labelled ``desc`` or the model's mode).
     """
+    steps = check_int("fit_lookup", "steps", steps, minimum=1)
     g = np.random.default_rng(seed)
     loss_fn = nn.CrossEntropyLoss()
 
@@ -256,11 +265,18 @@ def fit_lookup(
         if probe is not None:
             with torch.no_grad():
                 extras.update(probe(model))
-        bar.update(1)
         return loss_fn(logits, b.target), extras
 
-    with one_thread(), progress_bar(steps, desc or model.mode, progress) as bar:
-        return train(model.parameters(), step, steps=steps, lr=lr, track=track, progress=False)
+    return train(
+        model.parameters(),
+        step,
+        steps=steps,
+        lr=lr,
+        track=track,
+        desc=desc or model.mode,
+        progress=progress,
+        threads=1,
+    )
 
 
 def all_tokens(n_names: int, n_numbers: int) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:

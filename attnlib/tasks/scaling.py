@@ -28,6 +28,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 import torch
 
+from attnlib._validate import check_array, check_int, check_ndim, check_number, type_name
 from attnlib.core import attend, softmax
 from attnlib.training import History, train
 
@@ -51,20 +52,6 @@ __all__ = [
 ]
 
 
-def _check_positive_int(fn: str, name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{fn}: {name} must be a positive int, got {value!r}")
-    return int(value)
-
-
-def _check_scale(fn: str, scale) -> float:
-    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating)):
-        raise TypeError(f"{fn}: scale must be a number, got {type(scale).__name__}")
-    if not (math.isfinite(scale) and scale >= 0):
-        raise ValueError(f"{fn}: scale must be finite and >= 0, got {scale}")
-    return float(scale)
-
-
 # ----------------------------------------------------------------------------------------
 # 1. The variance of a dot product.
 # ----------------------------------------------------------------------------------------
@@ -77,7 +64,7 @@ def predicted_score_variance(d_k: int, scale: float = 1.0, var_q=1.0, var_k=1.0)
     independent, so the sum has variance ``d_k · var_q · var_k``; multiplying by ``scale``
     multiplies the variance by ``scale²``.
     """
-    d_k = _check_positive_int("predicted_score_variance", "d_k", d_k)
+    d_k = check_int("predicted_score_variance", "d_k", d_k, minimum=1)
     return float(d_k * var_q * var_k * scale**2)
 
 
@@ -101,10 +88,11 @@ def sample_dot_products(d_k: int, n: int, *, rng: np.random.Generator, chunk: in
         Raw (unscaled) dot products; their variance is d_k.
     """
     fn = "sample_dot_products"
-    d_k = _check_positive_int(fn, "d_k", d_k)
-    n = _check_positive_int(fn, "n", n)
+    d_k = check_int(fn, "d_k", d_k, minimum=1)
+    n = check_int(fn, "n", n, minimum=1)
+    chunk = check_int(fn, "chunk", chunk, minimum=1)
     if not isinstance(rng, np.random.Generator):
-        raise TypeError(f"{fn}: rng must be a numpy.random.Generator, got {type(rng).__name__}")
+        raise TypeError(f"{fn}: rng must be a numpy.random.Generator, got {type_name(rng)}")
     out = np.empty(n)
     for start in range(0, n, chunk):
         m = min(chunk, n - start)
@@ -122,7 +110,7 @@ def dot_product_excess_kurtosis(d_k: int) -> float:
     giving ``6 d_k / d_k²``. (The sum is close to normal, excess kurtosis 0, only for large
     d_k.)
     """
-    return 6.0 / _check_positive_int("dot_product_excess_kurtosis", "d_k", d_k)
+    return 6.0 / check_int("dot_product_excess_kurtosis", "d_k", d_k, minimum=1)
 
 
 def variance_tolerance(n: int, excess_kurtosis: float = 0.0, z: float = 4.0) -> float:
@@ -133,9 +121,7 @@ def variance_tolerance(n: int, excess_kurtosis: float = 0.0, z: float = 4.0) -> 
     ``z`` standard errors wide on each side (z = 4: a correct measurement falls outside
     about once in 16 000 draws for a near-normal ratio).
     """
-    n = _check_positive_int("variance_tolerance", "n", n)
-    if n < 2:
-        raise ValueError("variance_tolerance: n must be at least 2")
+    n = check_int("variance_tolerance", "n", n, minimum=2)
     return float(z * math.sqrt(2.0 / (n - 1) + excess_kurtosis / n))
 
 
@@ -180,8 +166,8 @@ def softmax_jacobian(p):
     -------
     J : same kind and dtype, shape (..., seq_k, seq_k)
     """
-    if p.ndim < 1:
-        raise ValueError(f"softmax_jacobian: p must have at least 1 dim, got shape {p.shape}")
+    check_array("softmax_jacobian", "p", p)
+    check_ndim("softmax_jacobian", "p", p, min_ndim=1)
     outer = p[..., :, None] * p[..., None, :]  # (..., seq_k, seq_k)
     if isinstance(p, torch.Tensor):
         diag = torch.diag_embed(p)  # (..., seq_k, seq_k)
@@ -207,6 +193,8 @@ def softmax_vjp(p, g):
     -------
     grad_scores : same kind, shape (..., seq_k)
     """
+    check_array("softmax_vjp", "p", p)
+    check_array("softmax_vjp", "g", g)
     if tuple(p.shape) != tuple(g.shape):
         raise ValueError(
             f"softmax_vjp: p has shape {tuple(p.shape)} but g has shape {tuple(g.shape)}"
@@ -231,7 +219,7 @@ class RowStats:
     max_weight : largest weight in the row.
     jacobian_norm : Frobenius norm of ``diag(p) − p pᵀ``.
     grad_scores : ‖∂L/∂scores‖ for the row's fixed upstream gradient on the weights.
-    grad_query : ‖∂L/∂q‖ = scale · ‖kᵀ ∂L/∂scores‖: what reaches the query (and W_Q).
+    grad_query : ‖∂L/∂q‖ = scale · ‖kᵀ ∂L/∂scores‖: what reaches the query (and W_q).
     """
 
     entropy: np.ndarray
@@ -256,9 +244,9 @@ def draw_rows(d_k: int, n_rows: int, seq_k: int, *, rng: np.random.Generator):
     k : ndarray of shape (n_rows, seq_k, d_k)
     """
     fn = "draw_rows"
-    d_k = _check_positive_int(fn, "d_k", d_k)
-    n_rows = _check_positive_int(fn, "n_rows", n_rows)
-    seq_k = _check_positive_int(fn, "seq_k", seq_k)
+    d_k = check_int(fn, "d_k", d_k, minimum=1)
+    n_rows = check_int(fn, "n_rows", n_rows, minimum=1)
+    seq_k = check_int(fn, "seq_k", seq_k, minimum=1)
     q = rng.standard_normal((n_rows, d_k))  # (n_rows, d_k)
     k = rng.standard_normal((n_rows, seq_k, d_k))  # (n_rows, seq_k, d_k)
     return q, k
@@ -281,7 +269,9 @@ def row_stats(q, k, scale: float, upstream) -> RowStats:
     RowStats with fields of shape (n_rows,)
     """
     fn = "row_stats"
-    scale = _check_scale(fn, scale)
+    scale = check_number(fn, "scale", scale, minimum=0)
+    for name, x in (("q", q), ("k", k), ("upstream", upstream)):
+        check_array(fn, name, x, only="numpy")
     if q.ndim != 2 or k.ndim != 3 or k.shape[0] != q.shape[0] or k.shape[2] != q.shape[1]:
         raise ValueError(
             f"{fn}: expected q (n_rows, d_k) and k (n_rows, seq_k, d_k), got q {q.shape} "
@@ -429,6 +419,12 @@ def make_retrieval_task(
     seed: int = 0,
 ) -> RetrievalTask:
     """Draw ``steps`` batches of the retrieval task (a fresh batch every step)."""
+    fn = "make_retrieval_task"
+    sizes = {"steps": steps, "batch": batch, "seq_k": seq_k, "d_model": d_model, "d_v": d_v}
+    steps, batch, seq_k, d_model, d_v = (
+        check_int(fn, name, value, minimum=1) for name, value in sizes.items()
+    )
+    noise = check_number(fn, "noise", noise, minimum=0)
     g = torch.Generator().manual_seed(seed)
     kw = {"generator": g, "dtype": torch.float64}
     x = torch.randn(steps, batch, seq_k, d_model, **kw)  # (steps, batch, seq_k, d_model)
@@ -451,34 +447,35 @@ def train_retrieval(
     desc: str = "training",
     progress: bool = True,
 ) -> History:
-    """Learn W_Q and W_K (d_model × d_k each) for the retrieval task with a fixed scale.
+    """Learn W_q and W_k (d_model × d_k each) for the retrieval task with a fixed scale.
 
-    The model is one attention step: ``q = x_q W_Q``, ``k = x W_K``, weights
+    The model is one attention step: ``q = x_q W_q``, ``k = x W_k``, weights
     ``softmax(scale · q·k)``, output ``Σ weights · v``; the loss is the squared error to
-    the target item's value. W_Q and W_K start from N(0, 1/d_model), the same draw for
+    the target item's value. W_q and W_k start from N(0, 1/d_model), the same draw for
     every scale (so runs differ only in the scale), so q and k have roughly unit-variance
     components and the raw scores have variance about d_k. Adam, one batch per step.
 
     Returns
     -------
-    History with ``loss``, ``grad/W_Q``, ``grad/W_K`` (norms of their gradients), and per
+    History with ``loss``, ``grad/W_q``, ``grad/W_k`` (norms of their gradients), and per
     step ``entropy`` (mean), ``max_weight`` (mean) and ``grad_scores_median`` (median over
     the batch of ‖∂loss/∂scores‖ of a row).
     """
-    scale = _check_scale("train_retrieval", scale)
+    scale = check_number("train_retrieval", "scale", scale, minimum=0)
+    d_k = check_int("train_retrieval", "d_k", d_k, minimum=1)
     steps, _, _, d_model = task.x.shape
     g = torch.Generator().manual_seed(seed)
-    W_Q = torch.nn.Parameter(
+    W_q = torch.nn.Parameter(
         torch.randn(d_model, d_k, generator=g, dtype=torch.float64) / math.sqrt(d_model)
     )
-    W_K = torch.nn.Parameter(
+    W_k = torch.nn.Parameter(
         torch.randn(d_model, d_k, generator=g, dtype=torch.float64) / math.sqrt(d_model)
     )
 
     def step(i):
         x_q, x, v, want = task.batch(i)
-        q = (x_q @ W_Q)[:, None, :]  # (batch, 1, d_k)
-        k = x @ W_K  # (batch, seq_k, d_k)
+        q = (x_q @ W_q)[:, None, :]  # (batch, 1, d_k)
+        k = x @ W_k  # (batch, seq_k, d_k)
         out, w = attend(q, k, v, scale=scale)  # (batch, 1, d_v), (batch, 1, seq_k)
         loss = ((out[:, 0] - want) ** 2).sum(-1).mean()
         with torch.no_grad():
@@ -494,11 +491,11 @@ def train_retrieval(
 
     # The tensors are tiny: one thread is faster than several, and immune to a busy machine.
     return train(
-        [W_Q, W_K],
+        [W_q, W_k],
         step,
         steps=steps,
         lr=lr,
-        track={"W_Q": W_Q, "W_K": W_K},
+        track={"W_q": W_q, "W_k": W_k},
         desc=desc,
         progress=progress,
         threads=1,

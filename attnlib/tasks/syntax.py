@@ -34,8 +34,10 @@ import torch
 from torch import nn
 
 from attnlib.core import attend
+from attnlib.heads import merge_heads, split_heads
 from attnlib.tasks.corpus import CORPUS_PATH, ROLES, Sentence, load_corpus, vocabulary
 from attnlib.tasks.shipped import data_file
+from attnlib.training import History, torch_threads, train
 
 __all__ = [
     "WEIGHTS_PATH",
@@ -191,26 +193,22 @@ class SyntaxModel(nn.Module):
         self.W_o2 = nn.Linear(d_model, d_model)
         self.readout = nn.Linear(d_model, 2)
 
-    def _heads(self, x: torch.Tensor, n_heads: int) -> torch.Tensor:
-        batch, seq, d_model = x.shape
-        x = x.reshape(batch, seq, n_heads, d_model // n_heads)  # (batch, seq, n_heads, d_head)
-        return x.transpose(1, 2)  # (batch, n_heads, seq, d_head)
-
     def layer1(self, data: Encoded) -> torch.Tensor:
         """The contextual token vectors x1, shape (batch, seq, d_model)."""
         seq = data.tokens.shape[1]
         x0 = self.embed(data.tokens) + self.position(torch.arange(seq))  # (batch, seq, d_model)
         h = self.n_heads_1
-        q, k, v = (self._heads(W(x0), h) for W in (self.W_q1, self.W_k1, self.W_v1))
+        # each (batch, n_heads_1, seq, d_head)
+        q, k, v = (split_heads(W(x0), h) for W in (self.W_q1, self.W_k1, self.W_v1))
         key_mask = data.mask[:, None, None, :]  # (batch, 1, 1, seq_k)
         out, _ = attend(q, k, v, key_mask)  # (batch, n_heads_1, seq, d_head)
-        out = out.transpose(1, 2).reshape(x0.shape)  # (batch, seq, d_model)
+        out = merge_heads(out)  # (batch, seq, d_model)
         return x0 + self.W_o1(out)
 
     def keys_values(self, data: Encoded) -> tuple[torch.Tensor, torch.Tensor]:
         """Second-layer keys and values, each of shape (batch, n_heads, seq, d_head)."""
         x1 = self.layer1(data)
-        return self._heads(self.W_k2(x1), self.n_heads), self._heads(self.W_v2(x1), self.n_heads)
+        return split_heads(self.W_k2(x1), self.n_heads), split_heads(self.W_v2(x1), self.n_heads)
 
     def query(self) -> torch.Tensor:
         """The verb's second-layer query, shape (1, n_heads, 1, d_head).
@@ -221,7 +219,7 @@ class SyntaxModel(nn.Module):
         """
         v_id = SPECIALS.index("[V]")
         x = self.embed.weight[v_id][None, None, :]  # (1, 1, d_model)
-        return self._heads(self.W_q2(x), self.n_heads)  # (1, n_heads, 1, d_head)
+        return split_heads(self.W_q2(x), self.n_heads)  # (1, n_heads, 1, d_head)
 
     def forward(self, data: Encoded, *, keys=None, values=None):
         """Logits at the verb and the verb's second-layer attention weights.
@@ -243,10 +241,10 @@ class SyntaxModel(nn.Module):
         x1 = self.layer1(data)
         batch = x1.shape[0]
         q = self.query().expand(batch, -1, -1, -1)  # (batch, n_heads, 1, d_head)
-        k = self._heads(self.W_k2(x1), self.n_heads) if keys is None else keys
-        v = self._heads(self.W_v2(x1), self.n_heads) if values is None else values
+        k = split_heads(self.W_k2(x1), self.n_heads) if keys is None else keys
+        v = split_heads(self.W_v2(x1), self.n_heads) if values is None else values
         out, weights = attend(q, k, v, data.mask[:, None, None, :])  # (batch, n_heads, 1, d_head)
-        out = out.reshape(batch, self.d_model)  # (batch, d_model)
+        out = merge_heads(out)[:, 0]  # (batch, d_model): the verb's one query position
         return self.readout(self.W_o2(out)), weights[:, :, 0, :]
 
 
@@ -259,13 +257,11 @@ def accuracy(model: SyntaxModel, data: Encoded) -> float:
 
 def train_model(
     steps: int = TRAIN_STEPS, seed: int = TRAIN_SEED, progress: bool = True, batch: int = 256
-) -> tuple[SyntaxModel, object]:
+) -> tuple[SyntaxModel, History]:
     """Train a fresh :class:`SyntaxModel` on the training split of the shipped corpus.
 
     Returns the model (in eval mode) and the training :class:`attnlib.training.History`.
     """
-    from attnlib.training import train
-
     torch.manual_seed(seed)
     model = SyntaxModel()
     train_data, _ = split(encode(load_corpus(CORPUS_PATH)))
@@ -332,8 +328,7 @@ def per_token(x: torch.Tensor, data: Encoded) -> np.ndarray:
         Rows in reading order (sentence by sentence); ``data.roles[data.mask]`` and
         ``data.numbers[data.mask]`` are the matching labels.
     """
-    batch, n_heads, seq, d_head = x.shape
-    x = x.detach().transpose(1, 2).reshape(batch, seq, n_heads * d_head)  # (batch, seq, d_model)
+    x = merge_heads(x.detach())  # (batch, seq, n_heads * d_head)
     return x[data.mask].double().numpy()
 
 
@@ -454,10 +449,10 @@ def _main(argv=None) -> None:
     args = parser.parse_args(argv)
     if not args.train:
         parser.error("nothing to do: pass --train")
-    torch.set_num_threads(1)  # the same arithmetic on every machine
-    model, history = train_model(steps=args.steps)
-    _, test = split(encode(load_corpus()))
-    acc, hard = accuracy(model, test), accuracy(model, test.subset(test.hard))
+    with torch_threads(1):  # the same arithmetic on every machine
+        model, history = train_model(steps=args.steps)
+        _, test = split(encode(load_corpus()))
+        acc, hard = accuracy(model, test), accuracy(model, test.subset(test.hard))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     torch.save(model.state_dict(), args.out)
     print(f"held-out accuracy {acc:.3f} (hard cases {hard:.3f}); saved {args.out}")

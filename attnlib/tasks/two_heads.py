@@ -29,8 +29,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from attnlib._validate import check_int, check_number, type_name
 from attnlib.mha import MultiHeadAttention
-from attnlib.training import History, torch_threads, train
+from attnlib.training import History, train
 
 __all__ = [
     "HeadsTask",
@@ -62,16 +63,11 @@ class HeadsTask:
     p_marker: float = 0.25
 
     def __post_init__(self) -> None:
-        for name in ("n_letters", "seq"):
-            val = getattr(self, name)
-            if isinstance(val, bool) or not isinstance(val, int) or val < 1:
-                raise ValueError(f"HeadsTask: {name} must be a positive int, got {val!r}")
-        if self.seq < 2:
-            raise ValueError(f"HeadsTask: seq must be >= 2, got {self.seq}")
-        if self.n_letters > 26:
-            raise ValueError(f"HeadsTask: at most 26 letters, got {self.n_letters}")
-        if not 0.0 <= self.p_marker <= 1.0:
-            raise ValueError(f"HeadsTask: p_marker must be in [0, 1], got {self.p_marker}")
+        fn = "HeadsTask"
+        check_int(fn, "n_letters", self.n_letters, minimum=1, maximum=26)  # letters a .. z
+        check_int(fn, "seq", self.seq, minimum=2)
+        if not 0.0 <= check_number(fn, "p_marker", self.p_marker) <= 1.0:
+            raise ValueError(f"{fn}: p_marker must be in [0, 1], got {self.p_marker}")
 
     @property
     def vocab(self) -> int:
@@ -119,10 +115,9 @@ def make_batch(task: HeadsTask, batch: int, generator: torch.Generator) -> Batch
     """
     if not isinstance(generator, torch.Generator):
         raise TypeError(
-            f"make_batch: generator must be a torch.Generator, got {type(generator).__name__}"
+            f"make_batch: generator must be a torch.Generator, got {type_name(generator)}"
         )
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise ValueError(f"make_batch: batch must be a positive int, got {batch!r}")
+    batch = check_int("make_batch", "batch", batch, minimum=1)
     n, seq = task.n_letters, task.seq
     letters = torch.randint(0, n, (batch, seq), generator=generator)  # (batch, seq)
     is_marker = torch.rand((batch, seq), generator=generator) < task.p_marker  # (batch, seq)
@@ -259,8 +254,8 @@ def train_heads_model(
     -------
     model : HeadsTaskModel
     history : History
-        ``loss`` and ``acc`` per step (``acc`` = share of positions with both letters
-        right on that step's batch).
+        ``loss`` and ``accuracy`` per step (``accuracy`` = share of positions with both
+        letters right on that step's batch).
 
     Notes
     -----
@@ -268,20 +263,24 @@ def train_heads_model(
     for a model this small, extra threads only add synchronisation, and the result no
     longer depends on the machine's thread count (float sums are added in one order).
     """
-    with torch_threads(1):  # a model this small is fastest (and steadiest) on one thread
-        return _train(task, n_heads, seed, d_model, steps, batch, lr, progress)
-
-
-def _train(task, n_heads, seed, d_model, steps, batch, lr, progress):
+    fn = "train_heads_model"
+    steps = check_int(fn, "steps", steps, minimum=1)
+    batch = check_int(fn, "batch", batch, minimum=1)
     torch.manual_seed(seed)
     model = HeadsTaskModel(task, d_model=d_model, n_heads=n_heads)
     gen = torch.Generator().manual_seed(10_000 + seed)
 
     def step(i: int):
-        loss, acc = model.loss_and_accuracy(make_batch(task, batch, gen))
-        return loss, {"acc": acc}
+        loss, accuracy = model.loss_and_accuracy(make_batch(task, batch, gen))
+        return loss, {"accuracy": accuracy}
 
     history = train(
-        model.parameters(), step, steps=steps, lr=lr, desc=f"{n_heads} head(s)", progress=progress
+        model.parameters(),
+        step,
+        steps=steps,
+        lr=lr,
+        desc=f"{n_heads} head(s)",
+        progress=progress,
+        threads=1,  # a model this small is fastest (and steadiest) on one thread
     )
     return model, history

@@ -1,0 +1,93 @@
+"""Splitting the feature axis into heads, and merging the heads back (lesson 07).
+
+Multi-head attention projects ``d_model`` features to queries, keys and values, then cuts
+each into ``n_heads`` slices of ``d_head = d_model // n_heads`` features: head h gets
+features ``h * d_head .. (h + 1) * d_head - 1`` of every position. After attention the
+heads' outputs are put back side by side.
+
+* :func:`split_heads` — (batch, seq, d_model) -> (batch, n_heads, seq, d_head);
+* :func:`merge_heads` — (batch, n_heads, seq, d_head) -> (batch, seq, n_heads · d_head).
+
+Both take numpy arrays or torch tensors and return the same kind (torch: views where
+possible, autograd intact). Every module of attnlib that works with heads —
+:mod:`attnlib.mha`, :mod:`attnlib.torch_mha`, :mod:`attnlib.kv_cache`,
+:mod:`attnlib.tasks.syntax` — uses these two.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from attnlib import _backend as B
+from attnlib._validate import check_int
+
+__all__ = ["split_heads", "merge_heads"]
+
+
+def _check_array(fn: str, name: str, x: Any, ndim: int, shape_doc: str) -> None:
+    if not (B.is_torch(x) or B.is_numpy(x)):
+        raise TypeError(
+            f"{fn}: {name} must be a numpy.ndarray or a torch.Tensor, got {type(x).__name__}"
+        )
+    if x.ndim != ndim:
+        raise ValueError(f"{fn}: {B.describe(name, x)} must have {ndim} dims {shape_doc}")
+
+
+def split_heads(x, n_heads: int):
+    """Cut the feature axis into heads: (batch, seq, d_model) -> (batch, n_heads, seq, d_head).
+
+    Head h gets features ``h * d_head .. (h + 1) * d_head - 1`` of every position. The
+    reshape splits the feature axis in place, then the head axis moves in front of the
+    position axis (a reshape straight to ``(batch, n_heads, seq, d_head)`` would mix
+    positions up).
+
+    Parameters
+    ----------
+    x : ndarray or Tensor of shape (batch, seq, d_model)
+        Projected queries, keys or values.
+    n_heads : int
+        Number of heads; must divide d_model.
+
+    Returns
+    -------
+    heads : same kind and dtype as x, shape (batch, n_heads, seq, d_head)
+        ``d_head = d_model // n_heads``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> split_heads(np.zeros((2, 5, 12)), 3).shape     # (batch, n_heads, seq, d_head)
+    (2, 3, 5, 4)
+    """
+    fn = "split_heads"
+    n_heads = check_int(fn, "n_heads", n_heads, minimum=1)
+    _check_array(fn, "x", x, 3, "(batch, seq, d_model)")
+    batch, seq, d_model = x.shape
+    if d_model % n_heads:
+        raise ValueError(
+            f"{fn}: d_model={d_model} (x of shape {tuple(x.shape)}) is not divisible by "
+            f"n_heads={n_heads}; every head needs the same number of features"
+        )
+    d_head = d_model // n_heads
+    x = x.reshape(batch, seq, n_heads, d_head)  # (batch, seq, n_heads, d_head)
+    return x.swapaxes(1, 2)  # (batch, n_heads, seq, d_head)
+
+
+def merge_heads(x):
+    """Put the heads back side by side: (batch, n_heads, seq, d_head) -> (batch, seq, d_model).
+
+    The inverse of :func:`split_heads`: ``merge_heads(split_heads(x, h))`` equals ``x``.
+
+    Parameters
+    ----------
+    x : ndarray or Tensor of shape (batch, n_heads, seq, d_head)
+
+    Returns
+    -------
+    merged : same kind and dtype as x, shape (batch, seq, n_heads * d_head)
+    """
+    fn = "merge_heads"
+    _check_array(fn, "x", x, 4, "(batch, n_heads, seq, d_head)")
+    batch, n_heads, seq, d_head = x.shape
+    x = x.swapaxes(1, 2)  # (batch, seq, n_heads, d_head)
+    return x.reshape(batch, seq, n_heads * d_head)  # (batch, seq, d_model)
