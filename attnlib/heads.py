@@ -16,21 +16,9 @@ possible, autograd intact). Every module of attnlib that works with heads —
 
 from __future__ import annotations
 
-from typing import Any
-
-from attnlib import _backend as B
-from attnlib._validate import check_int
+from attnlib._validate import check_array, check_int, check_ndim
 
 __all__ = ["split_heads", "merge_heads"]
-
-
-def _check_array(fn: str, name: str, x: Any, ndim: int, shape_doc: str) -> None:
-    if not (B.is_torch(x) or B.is_numpy(x)):
-        raise TypeError(
-            f"{fn}: {name} must be a numpy.ndarray or a torch.Tensor, got {type(x).__name__}"
-        )
-    if x.ndim != ndim:
-        raise ValueError(f"{fn}: {B.describe(name, x)} must have {ndim} dims {shape_doc}")
 
 
 def split_heads(x, n_heads: int):
@@ -61,7 +49,8 @@ def split_heads(x, n_heads: int):
     """
     fn = "split_heads"
     n_heads = check_int(fn, "n_heads", n_heads, minimum=1)
-    _check_array(fn, "x", x, 3, "(batch, seq, d_model)")
+    check_array(fn, "x", x)
+    check_ndim(fn, "x", x, ndim=3, doc="(batch, seq, d_model)")
     batch, seq, d_model = x.shape
     if d_model % n_heads:
         raise ValueError(
@@ -87,7 +76,8 @@ def merge_heads(x):
     merged : same kind and dtype as x, shape (batch, seq, n_heads * d_head)
     """
     fn = "merge_heads"
-    _check_array(fn, "x", x, 4, "(batch, n_heads, seq, d_head)")
+    check_array(fn, "x", x)
+    check_ndim(fn, "x", x, ndim=4, doc="(batch, n_heads, seq, d_head)")
     batch, n_heads, seq, d_head = x.shape
     x = x.swapaxes(1, 2)  # (batch, seq, n_heads, d_head)
     return x.reshape(batch, seq, n_heads * d_head)  # (batch, seq, d_model)

@@ -98,10 +98,56 @@ def test_bad_arguments_get_clear_errors():
 
 def test_torch_outputs_are_accepted():
     def torch_softmax(x):
-        return torch.softmax(torch.as_tensor(x), dim=-1)
+        t = torch.as_tensor(x)
+        e = torch.exp(t - t.max(dim=-1, keepdim=True).values)
+        return e / e.sum(dim=-1, keepdim=True)
 
     checks.check("softmax", torch_softmax)
     checks.check_hidden("softmax", torch_softmax)
+
+
+@pytest.mark.parametrize(
+    "solution",
+    [
+        lambda x: torch.softmax(torch.as_tensor(x), dim=-1),
+        lambda x: torch.as_tensor(x).softmax(-1),
+        lambda x: torch.nn.functional.softmax(torch.as_tensor(x), dim=-1),
+        lambda x: torch.exp(torch.log_softmax(torch.as_tensor(x), -1)),
+    ],
+    ids=["torch.softmax", "Tensor.softmax", "F.softmax", "log_softmax"],
+)
+def test_a_library_equivalent_of_the_exercise_earns_nothing(solution):
+    # The grading policy (attnlib.checks.grading.LIBRARY_EQUIVALENTS): refused where the
+    # course's own softmax is refused, seen by what runs, and named as what it is.
+    with pytest.raises(AssertionError, match="a library function that computes") as err:
+        checks.check("softmax", solution)
+    assert "course's reference" not in str(err.value)
+    with pytest.raises(AssertionError, match=r"\[calls-reference\].*library function") as err:
+        checks.check_hidden("softmax", solution)
+    assert "course's reference" not in str(err.value)
+
+
+def test_a_library_softmax_inside_attend_is_allowed_but_sdpa_is_not():
+    import torch.nn.functional as F
+
+    def attend_with_torch_softmax(q, k, v, mask=None):
+        q, k, v = (torch.as_tensor(a) for a in (q, k, v))
+        s = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+        if mask is not None:
+            s = s.masked_fill(~torch.as_tensor(mask), -torch.inf)
+        w = torch.nan_to_num(torch.softmax(s, dim=-1))
+        return w @ v, w
+
+    checks.check_hidden("attend", attend_with_torch_softmax)
+
+    def attend_with_sdpa(q, k, v, mask=None):
+        out, w = attend_with_torch_softmax(q, k, v, mask)
+        q, k, v = (torch.as_tensor(a) for a in (q, k, v))
+        m = None if mask is None else torch.as_tensor(mask)
+        return torch.nan_to_num(F.scaled_dot_product_attention(q, k, v, attn_mask=m)), w
+
+    with pytest.raises(AssertionError, match="scaled_dot_product_attention"):
+        checks.check_hidden("attend", attend_with_sdpa)
 
 
 def test_warnings_and_stderr_of_a_correct_function_do_not_reach_the_cell(capsys):

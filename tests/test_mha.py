@@ -108,6 +108,23 @@ def test_causal_flag_matches_torch_is_causal_mask():
     torch.testing.assert_close(w, want_w, rtol=0, atol=1e-6)
 
 
+@pytest.mark.parametrize("align", ["top_left", "bottom_right"])
+@pytest.mark.parametrize("module", ["separate", "fused"])
+def test_causal_align_means_what_causal_mask_says(align, module):
+    q, k, v = _inputs(seed=6)  # seq_q = 5 < seq_k = 7: the two alignments differ
+    ours = MultiHeadAttention(D_MODEL, N_HEADS)
+    mask = attnlib.causal_mask(SEQ_Q, SEQ_K, align=align, like=q)  # (seq_q, seq_k)
+    want_out, want_w = ours(q, k, v, mask=mask)
+    out, w = ours(q, k, v, causal=True, align=align)
+    torch.testing.assert_close(out, want_out, rtol=0, atol=0)
+    torch.testing.assert_close(w, want_w, rtol=0, atol=0)
+    if module == "fused":  # self-attention: seq_q = seq_k, where the alignments agree
+        fused = FusedQKVAttention.from_separate(ours)
+        a, _ = fused(k, causal=True, align=align)
+        b, _ = fused(k, causal=True)
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
 def test_per_head_mask_matches_torch_3d_attn_mask():
     mha = _torch_mha(True)
     ours = MultiHeadAttention.from_torch(mha)

@@ -19,27 +19,37 @@ from collections.abc import Callable
 from attnlib.checks._core import (
     Case,
     Exercise,
+    Finding,
     Misconception,
     Report,
+    Result,
+    co_occurring,
     exercises,
     explanation,
     get_exercise,
+    read_results,
     register,
+    result_line,
     run,
 )
 
 __all__ = [
     "Case",
     "Exercise",
+    "Finding",
     "Misconception",
     "Report",
+    "Result",
     "check",
     "check_hidden",
+    "co_occurring",
     "diagnose",
     "exercises",
     "explanation",
     "get_exercise",
+    "read_results",
     "register",
+    "result_line",
     "run",
 ]
 
@@ -54,10 +64,13 @@ _load_exercise_modules()
 
 
 def diagnose(exercise: str, fn: Callable) -> list[str]:
-    """Identifiers of the known misconceptions ``fn`` matches; ``[]`` if it is correct.
+    """Identifiers of the misconceptions found in ``fn``; ``[]`` if it is correct.
 
-    A function that is wrong in a way no known variant explains also returns ``[]``;
-    use :func:`run` (``run(exercise, fn).ok``) to tell the two apart.
+    Every mistake the exercise's inference measures is named (several at once when several
+    things are wrong), in the order the exercise registers them. A function that is wrong
+    in a way nothing explains also returns ``[]``; use :func:`run`
+    (``run(exercise, fn).ok``) to tell the two apart, and ``run(...).findings`` for what
+    was measured.
     """
     return list(run(exercise, fn).misconceptions)
 
@@ -92,6 +105,15 @@ def check(exercise: str, fn: Callable) -> None:
     name = get_exercise(exercise).name
     note = _stderr_note(report)
     if report.ok and not report.called_reference and not report.tampering:
+        from attnlib.checks import grading
+
+        library = grading.library_calls(exercise, fn)  # the grade refuses these too
+        if library:
+            raise AssertionError(
+                f"✘ {name}: your function calls {', '.join(library)} "
+                f"({grading.LIBRARY_EQUIVALENT}). Write the computation yourself — the "
+                f"point is to build it; it earns no credit when graded."
+            )
         print(f"✔ {name}: correct on all {report.n_cases} cases" + (f"\n{note}" if note else ""))
         return
     if report.tampering:
@@ -109,9 +131,15 @@ def check(exercise: str, fn: Callable) -> None:
         )
     lines = [f"✘ {name}: {report.first_failure}"]
     if report.misconceptions:
-        lines.append("Probable mistake:")
+        lines.append("Probable mistakes:" if len(report.misconceptions) > 1 else "Probable mistake:")
+        details = {f.id: f.detail for f in report.findings}
         for mid in report.misconceptions:
-            lines.append(f"  [{mid}] {explanation(exercise, mid)}")
+            measured = details.get(mid, "")
+            if measured:
+                lines.append(f"  [{mid}] Measured: {measured}")
+                lines.append(f"      {explanation(exercise, mid)}")
+            else:
+                lines.append(f"  [{mid}] {explanation(exercise, mid)}")
     else:
         lines.append(
             "This does not match any of the classic mistakes the check knows; compare your "
@@ -119,6 +147,7 @@ def check(exercise: str, fn: Callable) -> None:
         )
     if note:
         lines.append(note)
+    lines.append(result_line(name, report.misconceptions))
     raise AssertionError("\n".join(lines))
 
 

@@ -9,6 +9,34 @@ variant's, and every variant it agrees with on every case names a misconception.
 Nothing here reads the learner's source code: only behaviour counts. The numpy
 functions used for comparison are captured when this module is imported, so that
 replacing ``np.allclose`` or ``np.testing`` in a notebook does not change the verdict.
+
+Diagnosis by inference
+----------------------
+Most exercises also have an ``infer`` function (``Exercise.infer``). When the learner's
+function disagrees with the reference, ``infer`` calls it on probe inputs chosen for the
+purpose (through :class:`Learner`, on copies, with warnings silenced) and *measures*
+properties of its behaviour — which axis the weights sum to 1 over, the multiplier the
+scores were scaled by, what a fully masked row gets, where each input number of a reshape
+ended up... It returns one :class:`Finding` per deviation, each with a misconception id
+and a sentence saying what was measured, so several mistakes made at once are all named.
+The wrong variants registered per misconception are then the test suite of the inference
+(``tests/test_checks_registry.py``): every variant, and every pair of mistakes that can
+co-occur (built from ``Misconception.settings`` with ``Exercise.build``), must be
+diagnosed as exactly its ids. Exercises without ``infer`` (or when it measures nothing)
+keep the variant matching described above.
+
+Result lines (read back by ``attnlib.course.report`` from graded notebooks; keep stable)
+---------------------------------------------------------------------------------------
+``check`` prints ``✔ <exercise>: correct on all <n> cases`` when right. When wrong, its
+``AssertionError`` message starts with ``✘ <exercise>: `` and, unless the stub was left
+in place (``✘ <exercise>: not written yet``), ends with one line made by
+:func:`result_line`::
+
+    Diagnosis for <exercise>: <id>, <id>        (the misconceptions found, in registry order)
+    Diagnosis for <exercise>: unrecognised      (wrong, but no known mistake explains it)
+
+:func:`read_results` parses text containing these lines (and the hidden tests'
+``(probable mistake: <id>, ...)`` hint) back into :class:`Result` objects.
 """
 
 from __future__ import annotations
@@ -17,6 +45,7 @@ import contextlib
 import importlib
 import io
 import math
+import re
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -25,6 +54,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from attnlib._validate import type_name
 
 # Captured at import: later monkeypatching of numpy in a learner's kernel cannot reach these.
 _asarray = np.asarray
@@ -63,11 +94,25 @@ class Case:
 
 @dataclass(frozen=True)
 class Misconception:
-    """A classic mistake: its identifier, what a learner reads, and a function making it."""
+    """A classic mistake: its identifier, what a learner reads, and a function making it.
+
+    ``settings`` (optional) are the keyword arguments of the exercise's ``build`` that make
+    this mistake; two misconceptions whose settings share no key can co-occur, and the
+    registry tests diagnose ``build(**a.settings, **b.settings)`` as both ids.
+    """
 
     id: str
     explanation: str
     variants: tuple[Callable, ...]
+    settings: dict | None = None
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One deviation measured by an exercise's ``infer``: an id and what was measured."""
+
+    id: str
+    detail: str = ""
 
 
 @dataclass
@@ -87,6 +132,13 @@ class Exercise:
     # Extra cases only the grader's check_hidden runs (other seeds and shapes), so that a
     # function tuned to the visible cases does not pass. Optional.
     make_hidden_cases: Callable[[], Sequence[Case]] | None = None
+    # Diagnosis by inference: infer(Learner) -> list[Finding]; see the module docstring.
+    infer: Callable[[Learner], Sequence[Finding]] | None = None
+    # The mistake model: build(**settings) makes a function with the given mistakes
+    # (Misconception.settings); ``exclusive`` lists sets of ids that cannot be seen together
+    # (one hides the other), so the registry tests do not pair them.
+    build: Callable[..., Callable] | None = None
+    exclusive: Sequence[frozenset] = ()
 
     def cases(self, *, hidden: bool = False) -> list[Case]:
         cases = list(self.make_cases())
@@ -104,13 +156,16 @@ def register(exercise: Exercise) -> Exercise:
     ids = [m.id for m in exercise.misconceptions]
     if len(ids) != len(set(ids)):
         raise ValueError(f"exercise {exercise.name!r} has duplicate misconception ids: {ids}")
+    unknown = sorted({i for group in exercise.exclusive for i in group} - set(ids))
+    if unknown:
+        raise ValueError(f"exercise {exercise.name!r}: exclusive names unknown ids {unknown}")
     _REGISTRY[exercise.name] = exercise
     return exercise
 
 
 def get_exercise(name: str) -> Exercise:
     if not _isinstance(name, str):
-        raise TypeError(f"exercise must be an exercise name (str), got {type(name).__name__}")
+        raise TypeError(f"exercise must be an exercise name (str), got {type_name(name)}")
     try:
         return _REGISTRY[name]
     except KeyError:
@@ -242,6 +297,109 @@ def _same(ex: Exercise, expected: Any, got: Any) -> tuple[bool, str]:
     return True, ""
 
 
+# ----------------------------------------------------------------------------------------
+# Diagnosis by inference: the learner's function as the probes see it.
+# ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    """One probe call: the raw value, the exception if it raised, and the outputs as arrays.
+
+    ``parts`` has one entry per returned value (a tuple or list is unpacked): a numpy array
+    for an exact ``numpy.ndarray`` or ``torch.Tensor`` (bool kept as bool, anything else as
+    float64), ``None`` for anything else.
+    """
+
+    value: Any
+    raised: BaseException | None
+    parts: list
+
+    @property
+    def ok(self) -> bool:
+        return self.raised is None
+
+    @property
+    def arity(self) -> int:
+        return len(self.parts)
+
+    def array(self, i: int = 0) -> np.ndarray | None:
+        return self.parts[i] if self.ok and i < len(self.parts) else None
+
+    def error(self) -> str:
+        return "" if self.raised is None else f"{_type(self.raised).__name__}: {self.raised}"
+
+
+class Learner:
+    """The learner's function for an exercise's ``infer``: ``learner(*args, **kwargs)``.
+
+    Each call runs on copies of the inputs, with warnings silenced and stderr collected
+    (like the cases), and returns an :class:`Outcome`. At most ``limit`` calls are made;
+    later calls return an outcome that raised, so a runaway inference stays bounded.
+    """
+
+    def __init__(self, fn: Callable, limit: int = 400):
+        self.fn = fn
+        self.calls = 0
+        self.limit = limit
+
+    def __call__(self, *args, **kwargs) -> Outcome:
+        self.calls += 1
+        if self.calls > self.limit:
+            return Outcome(None, RuntimeError("probe limit reached"), [])
+        out = _call(self.fn, Case("probe", args, kwargs))
+        if _isinstance(out, _Raised):
+            return Outcome(None, out.exc, [])
+        parts = _flatten(out) if _type(out) in (tuple, list) else [out]
+        arrays = []
+        for part in parts:
+            a = _to_array(part)
+            if a is not None and a.dtype.kind in "iuf":
+                a = a.astype(_float64)
+            elif a is not None and a.dtype.kind != "b":
+                a = None
+            arrays.append(a)
+        return Outcome(out, None, arrays)
+
+
+def _inferred(ex: Exercise, fn: Callable) -> tuple[list[Finding], str]:
+    """Run the exercise's inference; (findings with registered ids, error text if it broke)."""
+    try:
+        found = list(ex.infer(Learner(fn)))
+    except Exception as exc:  # noqa: BLE001 - a defect of the inference must not break a check
+        return [], f"{_type(exc).__name__}: {exc}"
+    order = {m.id: i for i, m in enumerate(ex.misconceptions)}
+    unknown = [f.id for f in found if f.id not in order]
+    if unknown:
+        return [], f"inference returned unregistered ids {unknown}"
+    first: dict[str, Finding] = {}
+    for f in found:
+        first.setdefault(f.id, f)
+    return sorted(first.values(), key=lambda f: order[f.id]), ""
+
+
+def co_occurring(exercise: str) -> list[tuple[tuple[str, str], Callable]]:
+    """Every pair of misconceptions that can be made together, with a function making both.
+
+    Built from ``Misconception.settings`` and ``Exercise.build``: two mistakes whose
+    settings share a key are alternatives of one choice (they cannot co-occur), and pairs
+    listed together in ``Exercise.exclusive`` hide each other.
+    """
+    ex = get_exercise(exercise)
+    if ex.build is None:
+        return []
+    ms = [m for m in ex.misconceptions if m.settings is not None]
+    pairs = []
+    for i, a in enumerate(ms):
+        for b in ms[i + 1 :]:
+            if set(a.settings) & set(b.settings):
+                continue
+            if any({a.id, b.id} <= set(group) for group in ex.exclusive):
+                continue
+            pairs.append(((a.id, b.id), ex.build(**a.settings, **b.settings)))
+    return pairs
+
+
 @dataclass
 class Report:
     """What :func:`run` found. ``ok`` is True when every case matched the reference."""
@@ -254,6 +412,10 @@ class Report:
     called_reference: list[str] = field(default_factory=list)
     stderr: str = ""  # what the learner's function wrote to stderr (kept out of the cell)
     tampering: list[str] = field(default_factory=list)  # changes to the checking machinery
+    # What the inference measured, one Finding per misconception id (empty when the ids
+    # came from variant matching); inference_error is set if the inference itself broke.
+    findings: list[Finding] = field(default_factory=list)
+    inference_error: str = ""
 
 
 def _code_key(code) -> tuple:
@@ -305,14 +467,17 @@ def _run_watching(
     return outs, seen, tampering
 
 
-def run(exercise: str, fn: Callable, *, hidden: bool = False) -> Report:
-    """Run ``fn`` on every case of ``exercise``; compare with the reference and variants.
+def run(exercise: str, fn: Callable, *, hidden: bool = False, infer: bool = True) -> Report:
+    """Run ``fn`` on every case of ``exercise``; compare with the reference; diagnose.
 
-    ``hidden=True`` adds the exercise's hidden cases (used by ``check_hidden``).
+    ``hidden=True`` adds the exercise's hidden cases (used by ``check_hidden``). When ``fn``
+    is wrong, the exercise's inference (if any, and unless ``infer=False``, e.g. for a
+    function that can only replay recorded outputs) probes it and names every mistake it
+    measures; otherwise, or if it measures nothing, the registered variants are matched.
     """
     ex = get_exercise(exercise)
     if not callable(fn):
-        raise TypeError(f"check({exercise!r}, fn): fn must be a function, got {_type(fn).__name__}")
+        raise TypeError(f"check({exercise!r}, fn): fn must be a function, got {type_name(fn)}")
     cases = ex.cases(hidden=hidden)
     expected = [_call(ex.reference, c) for c in cases]
     stderr: list[str] = []
@@ -332,6 +497,11 @@ def run(exercise: str, fn: Callable, *, hidden: bool = False) -> Report:
             break
     if report.ok:
         return report
+    if infer and ex.infer is not None:
+        report.findings, report.inference_error = _inferred(ex, fn)
+        if report.findings:
+            report.misconceptions = [f.id for f in report.findings]
+            return report
     for m in ex.misconceptions:
         for variant in m.variants:
             outs = [_call(variant, c) for c in cases]
@@ -349,3 +519,58 @@ def explanation(exercise: str, misconception_id: str) -> str:
         if m.id == misconception_id:
             return m.explanation
     raise KeyError(f"exercise {exercise!r} has no misconception {misconception_id!r}")
+
+
+# ----------------------------------------------------------------------------------------
+# Result lines: what check() prints or raises, and reading it back (see the module docstring).
+# ----------------------------------------------------------------------------------------
+
+UNRECOGNISED = "unrecognised"
+_ID = r"[A-Za-z0-9][A-Za-z0-9_.-]*"
+_PASS_RE = re.compile(r"^✔ (\w+): correct on all \d+ cases", re.M)
+_FAIL_RE = re.compile(r"^✘ (\w+): (.*)$", re.M)
+_DIAGNOSIS_RE = re.compile(rf"^Diagnosis for (\w+): ((?:{_ID})(?:, {_ID})*)\s*$", re.M)
+_HIDDEN_RE = re.compile(rf"^✘ (\w+): hidden tests failed.*\(probable mistake: ((?:{_ID})(?:, {_ID})*)\)", re.M)
+
+
+def result_line(exercise: str, ids: Sequence[str]) -> str:
+    """The last line of a failing check's message: ``Diagnosis for <exercise>: <ids>``."""
+    return f"Diagnosis for {exercise}: {', '.join(ids) if ids else UNRECOGNISED}"
+
+
+@dataclass
+class Result:
+    """One exercise's check result read back from text (a notebook cell's outputs).
+
+    ``status`` is ``"correct"`` (the ✔ line), ``"not written"`` (the stub),
+    ``"needs review"`` (tampering or a call of the reference), or ``"wrong"``;
+    ``ids`` are the misconceptions named (empty when wrong but unrecognised).
+    """
+
+    exercise: str
+    status: str
+    ids: list[str] = field(default_factory=list)
+
+
+def read_results(text: str) -> dict[str, Result]:
+    """Every check result found in ``text``, by exercise; a failure overrides a pass."""
+    results: dict[str, Result] = {}
+    for m in _PASS_RE.finditer(text):
+        results.setdefault(m.group(1), Result(m.group(1), "correct"))
+    for m in _FAIL_RE.finditer(text):
+        name, rest = m.group(1), m.group(2)
+        if rest.startswith("not written yet"):
+            status = "not written"
+        elif "[needs-review]" in rest or "[calls-reference]" in rest or "calls " in rest[:40]:
+            status = "needs review"
+        else:
+            status = "wrong"
+        results[name] = Result(name, status)
+    for pattern in (_DIAGNOSIS_RE, _HIDDEN_RE):
+        for m in pattern.finditer(text):
+            name, ids = m.group(1), [i for i in m.group(2).split(", ") if i != UNRECOGNISED]
+            r = results.setdefault(name, Result(name, "wrong"))
+            if r.status == "correct":
+                r.status = "wrong"
+            r.ids = list(dict.fromkeys(r.ids + ids))
+    return results

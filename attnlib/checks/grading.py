@@ -1,39 +1,60 @@
-"""Hidden tests that do not trust the learner's kernel.
+"""Hidden tests whose verdict the learner's kernel cannot forge.
 
-nbgrader runs the hidden tests in the same kernel as the learner's code, so anything the
-notebook can reach it can replace: ``np.testing.assert_allclose``, ``torch.testing``,
-``np.isclose``, a builtin, ``attnlib.checks`` itself, or the exercise's reference. This
-module is what :func:`attnlib.checks.check_hidden` calls. :func:`verify`
+nbgrader runs the test cells in the same kernel as the learner's code, so anything the
+notebook can reach it can replace: ``np.testing.assert_allclose``, ``attnlib.checks``
+itself, the exercise's reference, ``check_hidden``. The graded path therefore never asks
+the kernel for a verdict:
 
-1. refuses to grade when the functions the checks and references rely on were replaced:
-   every function or class reachable from numpy, torch, builtins, math and attnlib must
-   come from an installed file (a function defined in the notebook does not), and when
-   :func:`snapshot` ran at kernel start (the autograder does this) every such name must
-   still be bound to the very object it was bound to then;
-2. loads a fresh copy of attnlib and its checks from their files, under ``sys.modules``
-   names that are put back afterwards, so that patched checks, a patched registry or a
-   patched reference in the learner's session are not used;
-3. runs the visible and hidden cases with that copy, accepting only real
-   ``numpy.ndarray``/``torch.Tensor`` outputs (no objects whose ``__eq__`` is always True,
-   no lazy array-likes), and fails a function that calls the course's reference (seen
-   through the profiling hook, so aliases are caught).
+* **Grading** (``make autograde``). The grader (outside the kernel, and outside the
+  sandbox the kernel runs in) writes the inputs of an exercise's cases to the exchange
+  folder only while it runs that test cell's hidden region (:func:`write_inputs`);
+  :func:`check_hidden <attnlib.checks.check_hidden>` in the kernel just calls the
+  learner's function on them and writes the outputs out (:func:`record`); the grader
+  reads them back as plain data (``.npy`` without pickle, JSON) and compares them with
+  its own reference (:func:`judge`). A kernel that replaced ``check_hidden``, skipped it
+  or crashed writes no outputs: the exercise scores 0 and is flagged. What the kernel
+  says about itself (tampering found by :func:`tampering`, calls seen by the profiling
+  hook) can only take credit away, never give it.
+* **Anywhere else** (``nbgrader validate``, a learner running the hidden cell, tests):
+  :func:`verify` does the same in-process, with a fresh copy of the checks loaded from
+  their files, after refusing to run when numpy, torch, builtins or attnlib functions
+  were replaced (compared with :func:`snapshot`, taken when the grading kernel starts).
 
-A determined learner controls their own kernel and can still defeat any check that runs
-in it (for example by replacing ``check_hidden`` before the test cell runs). That is why
-the grading driver (:mod:`attnlib.course.gradebook`) also audits the submitted source outside the
-kernel and flags such submissions for manual review. The failure messages carry tags the
-driver reads: ``[needs-review]`` (tampering) and ``[calls-reference]``.
+Either way only real ``numpy.ndarray``/``torch.Tensor`` outputs count (no objects whose
+``__eq__`` is always True), and a function that calls what the exercise asks you to
+build earns nothing for it (:data:`LIBRARY_EQUIVALENTS`, :func:`refused_calls`): the
+course's own reference, or a library function that does the same computation in one
+call (``torch.softmax`` in the softmax exercise, ``scaled_dot_product_attention`` in
+``attend``). Calls are seen by what runs (the interpreter's profiling hook, so aliases
+and builtins are caught), not by names in the source. Building blocks (``@``,
+``np.exp``, ``np.tril``, ``np.linalg.lstsq``...) are fine.
+
+Failure messages carry tags the grading driver reads: ``[needs-review]`` (tampering, or
+hidden tests that did not run) and ``[calls-reference]``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
+import io
+import json
+import os
+import pickle
+import re
+import shutil
+import stat
 import sys
 import sysconfig
 import types
+import warnings
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
+import torch
 
 _PACKAGE = "attnlib"
 _ATTNLIB_DIR = str(Path(__file__).resolve().parents[1])
@@ -231,6 +252,7 @@ def fresh_core():
         return fresh[name] if name in fresh else _import(name)
 
     core._import_module = import_fresh
+    core.import_fresh = import_fresh
     return core
 
 
@@ -244,23 +266,544 @@ def _tamper_error(exercise: str, problems: list[str]) -> AssertionError:
     )
 
 
+# ----------------------------------------------------------------------------------------
+# The policy: what a solution may not call
+# ----------------------------------------------------------------------------------------
+
+_SOFTMAX_EQUIVALENTS = (
+    "torch.softmax",
+    "torch.log_softmax",
+    "torch.special.softmax",
+    "torch.special.log_softmax",
+    "torch.nn.functional.softmax",
+    "torch.nn.functional.log_softmax",
+    "torch.nn.functional.softmin",
+    "torch.Tensor.softmax",
+    "torch.Tensor.log_softmax",
+    "scipy.special.softmax",
+    "scipy.special.log_softmax",
+)
+_ATTENTION_EQUIVALENTS = (
+    "torch.nn.functional.scaled_dot_product_attention",
+    "torch.nn.functional.multi_head_attention_forward",
+    "torch.nn.MultiheadAttention.forward",
+)
+_AUTOGRAD = (
+    "torch.autograd.grad",
+    "torch.autograd.backward",
+    "torch.autograd.functional.vjp",
+    "torch.autograd.functional.jacobian",
+    "torch.func.grad",
+    "torch.func.vjp",
+    "torch.func.jacrev",
+    "torch.func.jacfwd",
+)
+_LINEAR = ("torch.nn.functional.linear", "torch.nn.functional.bilinear")
+
+#: The library functions that do, in one call, what a course reference does: refused
+#: exactly where the reference is refused (an exercise's ``forbidden`` list), so that
+#: ``torch.softmax`` earns nothing in the softmax exercise just as ``attnlib.softmax``
+#: does, and stays allowed inside ``attend`` (whose references are attend's own).
+LIBRARY_EQUIVALENTS: dict[str, tuple[str, ...]] = {
+    "attnlib.core.softmax": _SOFTMAX_EQUIVALENTS,
+    "attnlib.core._softmax_math": _SOFTMAX_EQUIVALENTS,
+    "attnlib.core.attend": _ATTENTION_EQUIVALENTS,
+    "attnlib.core._attend_math": _ATTENTION_EQUIVALENTS,
+    "attnlib.core._attend_torch_fast": _ATTENTION_EQUIVALENTS,
+    "attnlib.masks.causal_mask": ("torch.nn.Transformer.generate_square_subsequent_mask",),
+    "attnlib.torch_mha.mha_forward": _ATTENTION_EQUIVALENTS,
+    "attnlib.torch_mha.unpack_mha": (),
+    "attnlib.projections.linear": _LINEAR,
+    "attnlib.projections.project": _LINEAR,
+    "attnlib.backprop.attention_backward": _AUTOGRAD,
+    "attnlib.backprop.projection_grads": _AUTOGRAD,
+    "attnlib.tasks.scaling.softmax_jacobian": _AUTOGRAD,
+}
+
+COURSE_REFERENCE = "the course's reference"
+LIBRARY_EQUIVALENT = "a library function that computes what this exercise asks you to build"
+
+
+def refused_calls(exercise: str, core=None) -> dict[str, str]:
+    """Every function a solution of ``exercise`` may not call -> why (one of two kinds).
+
+    The exercise's ``forbidden`` names (course references, and any library function it
+    lists itself), plus the :data:`LIBRARY_EQUIVALENTS` of each course reference.
+    """
+    if core is None:
+        core = _import(f"{_PACKAGE}.checks._core")
+    refused: dict[str, str] = {}
+    for dotted in core.get_exercise(exercise).forbidden:
+        own = dotted.startswith(_PACKAGE + ".")
+        refused[dotted] = COURSE_REFERENCE if own else LIBRARY_EQUIVALENT
+        for eq in LIBRARY_EQUIVALENTS.get(dotted, ()):
+            refused.setdefault(eq, LIBRARY_EQUIVALENT)
+    return refused
+
+
+def _resolve(dotted: str, importer: Callable | None = None):
+    """The object a dotted name names, importing nothing that is not imported yet.
+
+    attnlib's own modules come from ``importer`` when given (a fresh copy of the checks
+    passes its own, so that a reference replaced in the session is not what is watched).
+    """
+    parts = dotted.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        mod_name = ".".join(parts[:cut])
+        mod = None
+        if mod_name == _PACKAGE or mod_name.startswith(_PACKAGE + "."):
+            try:
+                mod = (importer or _import)(mod_name)
+            except (ImportError, KeyError):
+                mod = None
+        else:
+            mod = _modules.get(mod_name)
+        if mod is None:
+            continue
+        obj = mod
+        try:
+            for attr in parts[cut:]:
+                obj = getattr(obj, attr)
+        except AttributeError:
+            return None
+        return obj
+    return None
+
+
+def _code_key(code) -> tuple:
+    # By file, line and name rather than identity, so that a fresh copy of attnlib
+    # recognises calls into the copy the notebook imported.
+    return (code.co_filename, code.co_firstlineno, code.co_name)
+
+
+class _Watch:
+    """What to recognise, by what runs: Python functions by code, builtins by owner+name."""
+
+    def __init__(self, refused: dict[str, str], importer: Callable | None = None):
+        self.codes: dict[tuple, str] = {}
+        self.builtins: dict[tuple, str] = {}
+        self.methods: list[tuple[type, str, str]] = []
+        for dotted in refused:
+            obj = _resolve(dotted, importer)
+            if obj is None:
+                continue
+            obj = getattr(obj, "__func__", obj)
+            while hasattr(obj, "__wrapped__"):
+                obj = obj.__wrapped__
+            code = getattr(obj, "__code__", None)
+            if code is not None:
+                self.codes[_code_key(code)] = dotted
+            elif type(obj).__name__ == "method_descriptor":
+                owner = _resolve(dotted.rsplit(".", 1)[0], importer)
+                if isinstance(owner, type):
+                    self.methods.append((owner, obj.__name__, dotted))
+            elif isinstance(obj, types.BuiltinFunctionType):
+                owner = getattr(obj, "__self__", None)
+                self.builtins[(id(owner) if owner is not None else None, obj.__name__)] = dotted
+
+    def __bool__(self) -> bool:
+        return bool(self.codes or self.builtins or self.methods)
+
+    def seen(self, event: str, frame, arg) -> str | None:
+        if event == "call":
+            return self.codes.get(_code_key(frame.f_code))
+        if event == "c_call":
+            owner = getattr(arg, "__self__", None)
+            name = getattr(arg, "__name__", None)
+            if owner is None:
+                hit = self.builtins.get((None, name))
+            elif isinstance(owner, types.ModuleType):
+                hit = self.builtins.get((id(owner), name))
+            else:
+                hit = None
+            if hit is None and owner is not None:
+                for cls, method, dotted in self.methods:
+                    if name == method and isinstance(owner, cls):
+                        return dotted
+            return hit
+        return None
+
+
+# ----------------------------------------------------------------------------------------
+# Running a learner's function on given inputs (in whichever process holds it)
+# ----------------------------------------------------------------------------------------
+
+_ndarray = np.ndarray
+_tensor = torch.Tensor
+_TensorBase = torch._C.TensorBase  # C methods: cannot be replaced from Python
+_getprofile, _setprofile = sys.getprofile, sys.setprofile
+_redirect_stdout, _redirect_stderr = contextlib.redirect_stdout, contextlib.redirect_stderr
+_catch_warnings, _simplefilter, _errstate = (
+    warnings.catch_warnings,
+    warnings.simplefilter,
+    np.errstate,
+)
+_StringIO = io.StringIO
+
+
+class Raised:
+    """A call that raised: its exception's class name and (shortened) message."""
+
+    def __init__(self, name: str, message: str = ""):
+        self.name, self.message = name, message
+
+
+@dataclass
+class Observation:
+    """What a learner's function did on every case: outputs, refused calls, tampering."""
+
+    outputs: list = field(default_factory=list)
+    calls: list[str] = field(default_factory=list)
+    tampering: list[str] = field(default_factory=list)
+
+
+def _copy(a):
+    if type(a) is _ndarray:
+        return a.copy()
+    if isinstance(a, _tensor):
+        return _TensorBase.clone(_TensorBase.detach(a))
+    if type(a) in (list, tuple):
+        return type(a)(_copy(x) for x in a)
+    return a
+
+
+def observe(fn: Callable, cases: list[tuple[tuple, dict]], watch: _Watch) -> Observation:
+    """Call ``fn`` on a copy of each case's inputs; keep outputs, refused calls, hook changes.
+
+    Whatever ``fn`` prints is kept out of the cell (stdout and stderr are redirected),
+    warnings are silenced, numpy's floating-point errors ignored.
+    """
+    obs = Observation()
+    seen: set[str] = set()
+
+    def profiler(frame, event, arg):
+        hit = watch.seen(event, frame, arg)
+        if hit is not None:
+            seen.add(hit)
+
+    previous = _getprofile()
+    for args, kwargs in cases:
+        args = tuple(_copy(a) for a in args)
+        kwargs = {k: _copy(v) for k, v in kwargs.items()}
+        sink = _StringIO()
+        hook = profiler if watch else previous
+        _setprofile(hook)
+        try:
+            with _redirect_stdout(sink), _redirect_stderr(sink), _catch_warnings():
+                _simplefilter("ignore")
+                with _errstate(all="ignore"):
+                    out = fn(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - a learner's function may raise anything
+            out = Raised(type(exc).__name__, str(exc)[:300])
+        finally:
+            changed = watch and _getprofile() is not hook
+            _setprofile(previous)
+        if changed:
+            obs.tampering.append("the function replaced the interpreter's profiling hook")
+        obs.outputs.append(out)
+    obs.calls = sorted(seen)
+    obs.tampering = list(dict.fromkeys(obs.tampering))
+    return obs
+
+
+# ---- plain-data encoding (kernel -> grader): JSON and .npy, never pickle ------------------
+
+MANIFEST = "manifest.json"
+MAX_FILE_BYTES = 256 * 2**20
+_NAME_OK = re.compile(r"[^A-Za-z0-9_.]")
+
+
+def _clean_name(name: str) -> str:
+    return _NAME_OK.sub("_", str(name))[:60] or "?"
+
+
+def _encode(value, folder: Path, files: list[int], depth: int = 0) -> dict:
+    if isinstance(value, Raised):
+        return {"t": "raised", "name": _clean_name(value.name), "msg": value.message[:300]}
+    if value is None:
+        return {"t": "none"}
+    if type(value) in (bool, int, float):
+        return {"t": "number", "type": type(value).__name__, "v": value}
+    if type(value) in (np.float64, np.float32, np.int64, np.int32):
+        return {
+            "t": "number",
+            "type": "float" if value.dtype.kind == "f" else "int",
+            "v": value.item(),
+        }
+    if type(value) is _ndarray or type(value) is _tensor:
+        kind = "ndarray" if type(value) is _ndarray else "tensor"
+        if kind == "tensor":
+            dtype = str(value.dtype)
+            t = _TensorBase.detach(value)
+            if t.dtype in (torch.bfloat16, torch.float16):
+                t = _TensorBase.float(t)
+            arr = _TensorBase.numpy(_TensorBase.cpu(t))
+        else:
+            dtype, arr = str(value.dtype), value
+        if arr.dtype.kind not in "biuf":
+            return {"t": "other", "name": f"{kind} of dtype {_clean_name(arr.dtype)}"}
+        name = f"{len(files)}.npy"
+        files.append(1)
+        np.save(folder / name, np.ascontiguousarray(arr), allow_pickle=False)
+        return {"t": kind, "f": name, "dtype": dtype}
+    if type(value) in (tuple, list) and depth == 0:
+        items = [_encode(v, folder, files, depth + 1) for v in value]
+        return {"t": type(value).__name__, "items": items}
+    return {"t": "other", "name": _clean_name(type(value).__name__)}
+
+
+def _open_inside(root: Path, parts: list[str]) -> int:
+    """Open root/parts... for reading without following a symlink anywhere below root."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        for i, part in enumerate(parts):
+            if part in ("", ".", "..") or "/" in part:
+                raise ValueError(f"bad name {part!r}")
+            last = i == len(parts) - 1
+            flags = os.O_RDONLY | os.O_NOFOLLOW | (0 if last else os.O_DIRECTORY)
+            nxt = os.open(part, flags, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_FILE_BYTES:
+            raise ValueError(f"{'/'.join(parts)} is not a regular file of a sane size")
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _decode(entry: dict, root: Path, sub: list[str], depth: int = 0):
+    t = entry.get("t")
+    if t == "raised":
+        return Raised(_clean_name(entry.get("name", "Exception")), "")
+    if t == "none":
+        return None
+    if t == "number":
+        v = entry.get("v")
+        kind = {"bool": bool, "int": int, "float": float}.get(entry.get("type"))
+        if kind is None or type(v) not in (bool, int, float):
+            raise ValueError("bad number")
+        return kind(v)
+    if t in ("ndarray", "tensor"):
+        fd = _open_inside(root, [*sub, str(entry.get("f"))])
+        with os.fdopen(fd, "rb") as fh:
+            arr = np.load(fh, allow_pickle=False)
+        if type(arr) is not _ndarray or arr.dtype.kind not in "biuf":
+            raise ValueError("bad array")
+        if t == "ndarray":
+            return arr
+        out = torch.from_numpy(arr)
+        dtype = getattr(torch, str(entry.get("dtype", "")).removeprefix("torch."), None)
+        return out.to(dtype) if isinstance(dtype, torch.dtype) else out
+    if t in ("tuple", "list") and depth == 0:
+        items = [_decode(e, root, sub, depth + 1) for e in entry.get("items", [])]
+        return tuple(items) if t == "tuple" else items
+    if t == "other":
+        return type(_clean_name(entry.get("name", "object")), (), {})()
+    raise ValueError(f"unknown entry {t!r}")
+
+
+# ---- the exchange folder -----------------------------------------------------------------
+#
+#   <exchange>/in/<exercise>.pkl            written by the grader just before a hidden run
+#   <exchange>/out/<exercise>/manifest.json written by record() in the kernel, with N.npy
+#
+# In the sandbox, in/ belongs to root and is read-only for the kernel; out/ is the kernel's.
+
+EXCHANGE_ENV = "KEY_VECTORS_GRADING_EXCHANGE"
+
+
+def exchange_folder() -> Path | None:
+    """The exchange folder when this kernel is being graded (set by the grader)."""
+    value = os.environ.get(EXCHANGE_ENV)
+    return Path(value) if value else None
+
+
+def write_inputs(exercise: str, exchange: Path) -> int:
+    """Grader side: put the inputs of every case of ``exercise`` where record() finds them."""
+    ex = _import(f"{_PACKAGE}.checks._core").get_exercise(exercise)
+    cases = ex.cases(hidden=True)
+    data = {
+        "exercise": exercise,
+        "cases": [(c.args, c.kwargs) for c in cases],
+        "refused": refused_calls(exercise),
+    }
+    inbox = Path(exchange) / "in"
+    tmp = inbox / f".{exercise}.tmp"
+    with open(tmp, "wb") as fh:
+        pickle.dump(data, fh, protocol=pickle.HIGHEST_PROTOCOL)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, inbox / f"{exercise}.pkl")
+    return len(cases)
+
+
+def clear_inputs(exchange: Path) -> None:
+    for p in (Path(exchange) / "in").glob("*.pkl"):
+        p.unlink()
+
+
+def record(exercise: str, fn: Callable, exchange: Path) -> bool:
+    """Kernel side: run ``fn`` on the grader's inputs and write what it returned.
+
+    Returns False (and does nothing) when the grader has not asked for this exercise
+    now — for example when a learner calls ``check_hidden`` in a cell of their own.
+    """
+    source = Path(exchange) / "in" / f"{exercise}.pkl"
+    if not source.is_file():
+        return False
+    with open(source, "rb") as fh:
+        data = pickle.load(fh)  # written by the grader: trusted in this direction
+    if not callable(fn):
+        raise TypeError(f"check_hidden({exercise!r}, fn): fn must be a function")
+    obs = observe(fn, data["cases"], _Watch(data["refused"]))
+    folder = Path(exchange) / "out" / exercise
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    files: list[int] = []
+    manifest = {
+        "exercise": exercise,
+        "outputs": [_encode(o, folder, files) for o in obs.outputs],
+        "calls": obs.calls,
+        "tampering": [*tampering(), *obs.tampering],
+    }
+    (folder / MANIFEST).write_text(json.dumps(manifest))
+    return True
+
+
+@dataclass
+class Verdict:
+    """The grader's decision on one exercise's hidden tests."""
+
+    exercise: str
+    ok: bool
+    message: str = ""
+    review: bool = False
+    misconceptions: list[str] = field(default_factory=list)
+
+
+def _replay(outputs: list):
+    it = iter(list(outputs))
+
+    def replay(*args, **kwargs):
+        out = next(it)
+        if isinstance(out, Raised):
+            raise type(out.name, (Exception,), {})(out.message)
+        return out
+
+    return replay
+
+
+def _calls_message(exercise: str, calls: list[str], refused: dict[str, str]) -> str:
+    ours = [c for c in calls if refused.get(c) == COURSE_REFERENCE]
+    libs = [c for c in calls if refused.get(c) != COURSE_REFERENCE]
+    parts = []
+    if ours:
+        parts.append(f"the solution calls {COURSE_REFERENCE} ({', '.join(ours)})")
+    if libs:
+        parts.append(f"the solution calls {', '.join(libs)} ({LIBRARY_EQUIVALENT})")
+    return f"✘ {exercise}: {REFERENCE_TAG} {'; '.join(parts)}; no credit for this exercise"
+
+
+def judge_observation(exercise: str, obs: Observation, core=None) -> Verdict:
+    """Compare an observation with the reference (of ``core``, default: this process's)."""
+    if core is None:
+        core = _import(f"{_PACKAGE}.checks._core")
+    if obs.tampering:
+        return Verdict(exercise, False, str(_tamper_error(exercise, obs.tampering)), review=True)
+    n = len(core.get_exercise(exercise).cases(hidden=True))
+    if len(obs.outputs) != n:
+        return Verdict(
+            exercise,
+            False,
+            f"✘ {exercise}: {TAMPER_TAG} the hidden tests returned {len(obs.outputs)} "
+            f"results for {n} cases",
+            review=True,
+        )
+    report = core.run(exercise, _replay(obs.outputs), hidden=True)
+    if not report.ok:
+        ids = ", ".join(report.misconceptions)
+        hint = f" (probable mistake: {ids})" if ids else ""
+        return Verdict(
+            exercise,
+            False,
+            f"✘ {exercise}: hidden tests failed {report.first_failure}{hint}",
+            misconceptions=list(report.misconceptions),
+        )
+    refused = refused_calls(exercise, core)
+    calls = [c for c in obs.calls if c in refused]
+    if calls:
+        return Verdict(exercise, False, _calls_message(exercise, calls, refused), review=True)
+    return Verdict(exercise, True)
+
+
+def judge(exercise: str, exchange: Path) -> Verdict:
+    """Grader side: read what the kernel wrote for ``exercise`` and decide, as plain data."""
+    root = Path(exchange)
+    sub = ["out", exercise]
+    try:
+        fd = _open_inside(root, [*sub, MANIFEST])
+    except FileNotFoundError:
+        return Verdict(
+            exercise,
+            False,
+            f"✘ {exercise}: {TAMPER_TAG} the hidden tests did not run: check_hidden was not "
+            f"reached, was replaced, or the kernel stopped it",
+            review=True,
+        )
+    except (OSError, ValueError) as err:
+        return Verdict(exercise, False, f"✘ {exercise}: {TAMPER_TAG} bad outputs ({err})", True)
+    try:
+        with os.fdopen(fd, "rb") as fh:
+            manifest = json.loads(fh.read().decode("utf-8"))
+        outputs = [_decode(e, root, sub) for e in manifest["outputs"]]
+        calls = [str(c) for c in manifest.get("calls", [])][:50]
+        problems = [str(p)[:300] for p in manifest.get("tampering", [])][:20]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        msg = f"✘ {exercise}: {TAMPER_TAG} the hidden tests wrote unreadable outputs ({err})"
+        return Verdict(exercise, False, msg, review=True)
+    return judge_observation(exercise, Observation(outputs, calls, problems))
+
+
+def library_calls(exercise: str, fn: Callable) -> list[str]:
+    """The refused library functions ``fn`` calls on the visible cases (for ``check``).
+
+    ``check`` already names calls of the course's reference; this adds the library
+    equivalents, so that the visible check and the grade agree.
+    """
+    core = _import(f"{_PACKAGE}.checks._core")
+    if fn is core.get_exercise(exercise).reference:
+        return []  # the oracle may call anything
+    refused = {
+        k: v for k, v in refused_calls(exercise, core).items() if v == LIBRARY_EQUIVALENT
+    }
+    cases = [(c.args, c.kwargs) for c in core.get_exercise(exercise).cases()]
+    return observe(fn, cases, _Watch(refused)).calls
+
+
+# ----------------------------------------------------------------------------------------
+# The hidden test: graded (record) or in this process (verify)
+# ----------------------------------------------------------------------------------------
+
+
 def verify(exercise: str, fn: Callable) -> None:
-    """The hidden test of one exercise: silent when right, AssertionError when not."""
+    """The hidden test of one exercise: silent when right, AssertionError when not.
+
+    Under the autograder it only records ``fn``'s outputs for the grader (see the module
+    docstring) and never raises: the grader decides.
+    """
+    exchange = exchange_folder()
+    if exchange is not None:
+        record(exercise, fn, exchange)
+        return
     problems = tampering()
     if problems:
         raise _tamper_error(exercise, problems)
     core = fresh_core()
-    report = core.run(exercise, fn, hidden=True)
-    problems = list(report.tampering) + tampering()
-    if problems:
-        raise _tamper_error(exercise, problems)
-    if not report.ok:  # a wrong result is a wrong result, whatever the function calls
-        ids = ", ".join(report.misconceptions)
-        hint = f" (probable mistake: {ids})" if ids else ""
-        raise AssertionError(f"✘ {exercise}: hidden tests failed {report.first_failure}{hint}")
-    if report.called_reference:
-        used = ", ".join(report.called_reference)
-        raise AssertionError(
-            f"✘ {exercise}: {REFERENCE_TAG} the solution calls the course's reference ({used}); "
-            f"no credit for this exercise"
-        )
+    cases = [(c.args, c.kwargs) for c in core.get_exercise(exercise).cases(hidden=True)]
+    obs = observe(fn, cases, _Watch(refused_calls(exercise, core), core.import_fresh))
+    obs.tampering += tampering()
+    verdict = judge_observation(exercise, obs, core)
+    if not verdict.ok:
+        raise AssertionError(verdict.message)

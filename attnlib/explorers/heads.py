@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from attnlib._validate import check_int
 from attnlib.explorers._render import explorer_box, figure_png
 from attnlib.tasks.scaling import softmax_entropy
 
@@ -71,9 +72,10 @@ def head_state(weights, head: int) -> HeadState:
     """One head's map from ``weights`` of shape (n_heads, seq_q, seq_k) (pure function)."""
     w = _as_head_weights("head_state", weights)
     n_heads = w.shape[0]
-    if int(head) != head or not 0 <= head < n_heads:
+    head = check_int("head_state", "head", head)
+    if not 0 <= head < n_heads:
         raise ValueError(f"head_state: head must be an int in 0..{n_heads - 1}, got {head!r}")
-    m = w[int(head)]  # (seq_q, seq_k)
+    m = w[head]  # (seq_q, seq_k)
     return HeadState(
         head=int(head),
         n_heads=n_heads,

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from attnlib._validate import check_choice, check_int
 from attnlib.core import softmax
 from attnlib.explorers._render import explorer_box, figure_png
 from attnlib.masks import causal_mask, padding_mask
@@ -58,12 +59,11 @@ def mask_state(mode: str, length: int | None = None, *, seq: int = 6, seed: int 
     ``length`` (default ``seq``) is the number of real tokens; with a padding mode, keys
     at positions ``>= length`` are hidden from every query.
     """
-    if mode not in MASK_MODES:
-        raise ValueError(f"mask_state: mode must be one of {MASK_MODES}, got {mode!r}")
-    if int(seq) != seq or seq < 1:
-        raise ValueError(f"mask_state: seq must be a positive int, got {seq!r}")
-    length = seq if length is None else length
-    if int(length) != length or not 1 <= length <= seq:
+    fn = "mask_state"
+    check_choice(fn, "mode", mode, MASK_MODES)
+    seq = check_int(fn, "seq", seq, minimum=1)
+    length = seq if length is None else check_int(fn, "length", length)
+    if not 1 <= length <= seq:
         raise ValueError(f"mask_state: length must be an int in 1..seq={seq}, got {length!r}")
     scores = np.random.default_rng(seed).standard_normal((seq, seq))  # (seq, seq)
     mask = np.ones((seq, seq), dtype=bool)

@@ -13,6 +13,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from attnlib._validate import check_int, check_number
 from attnlib.core import softmax
 from attnlib.explorers._render import explorer_box, figure_png
 from attnlib.tasks.scaling import softmax_entropy
@@ -186,18 +187,14 @@ def query_state(
         d_k, seq_k = keys_.shape[1], keys_.shape[0]
     elif values is not None or plane is not None:
         raise ValueError("query_state: values and plane are only used together with keys")
-    d_k = 16 if d_k is None else d_k
-    if int(d_k) != d_k or d_k < 1:
-        raise ValueError(f"query_state: d_k must be a positive int, got {d_k!r}")
-    if not (math.isfinite(temperature) and temperature > 0):
-        raise ValueError(f"query_state: temperature must be finite and > 0, got {temperature!r}")
-    if not math.isfinite(angle):
-        raise ValueError(f"query_state: angle must be finite, got {angle!r}")
-    if int(seq_k) != seq_k or seq_k < 2:
-        raise ValueError(f"query_state: seq_k must be an int >= 2, got {seq_k!r}")
-    length = math.sqrt(d_k) if length is None else float(length)
-    if not (math.isfinite(length) and length > 0):
-        raise ValueError(f"query_state: length must be finite and > 0, got {length!r}")
+    fn = "query_state"
+    d_k = check_int(fn, "d_k", 16 if d_k is None else d_k, minimum=1)
+    temperature = check_number(fn, "temperature", temperature, positive=True)
+    angle = check_number(fn, "angle", angle)
+    seq_k = check_int(fn, "seq_k", seq_k, minimum=2)
+    if length is None:
+        length = math.sqrt(d_k)
+    length = check_number(fn, "length", length, positive=True)
     if keys is None:
         keys, plane, values = _query_setup(int(d_k), int(seq_k), int(seed))
         labels = _as_labels(labels, seq_k)

@@ -23,6 +23,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from attnlib._validate import check_choice, check_int, check_number
 from attnlib.core import softmax
 from attnlib.explorers._render import explorer_box, figure_png
 from attnlib.tasks.scaling import softmax_entropy, softmax_jacobian
@@ -88,10 +89,8 @@ def explorer_state(
     Queries and keys have standard-normal components, drawn once per (d_k, seed); the
     first query is the one shown, all ``n_rows`` give the mean-entropy curve.
     """
-    if int(d_k) != d_k or d_k < 1:
-        raise ValueError(f"explorer_state: d_k must be a positive int, got {d_k!r}")
-    if not (math.isfinite(scale) and scale >= 0):
-        raise ValueError(f"explorer_state: scale must be finite and >= 0, got {scale!r}")
+    d_k = check_int("explorer_state", "d_k", d_k, minimum=1)
+    scale = check_number("explorer_state", "scale", scale, minimum=0)
     raw = _raw_rows(int(d_k), seq_k, n_rows, seed)  # (n_rows, seq_k)
     w = softmax(scale * raw[0])  # (seq_k,)
     curve_scales = np.geomspace(*SCALE_RANGE, 60)
@@ -138,8 +137,7 @@ def scaling_explorer(d_k: int = 64, scale: float | None = None, *, seq_k: int = 
     """
     import ipywidgets as W
 
-    if d_k not in D_K_CHOICES:
-        raise ValueError(f"scaling_explorer: d_k must be one of {D_K_CHOICES}, got {d_k!r}")
+    check_choice("scaling_explorer", "d_k", d_k, D_K_CHOICES)
     scale = 1 / math.sqrt(d_k) if scale is None else float(scale)
     lo, hi = (math.log10(s) for s in SCALE_RANGE)
     d_k_slider = W.SelectionSlider(

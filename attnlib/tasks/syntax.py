@@ -33,6 +33,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from attnlib._validate import check_int
 from attnlib.core import attend
 from attnlib.heads import merge_heads, split_heads
 from attnlib.tasks.corpus import CORPUS_PATH, ROLES, Sentence, load_corpus, vocabulary
@@ -117,6 +118,7 @@ class Encoded:
 
 def encode(sentences: list[Sentence], max_len: int = CONFIG["max_len"]) -> Encoded:
     """Turn sentences into padded tensors (see :class:`Encoded`)."""
+    max_len = check_int("encode", "max_len", max_len, minimum=1)
     vocab = _vocab()
     n = len(sentences)
     longest = max(len(s) for s in sentences)
@@ -177,6 +179,12 @@ class SyntaxModel(nn.Module):
         max_len: int = CONFIG["max_len"],
     ):
         super().__init__()
+        fn = "SyntaxModel"
+        vocab_size = check_int(fn, "vocab_size", vocab_size, minimum=1)
+        d_model = check_int(fn, "d_model", d_model, minimum=1)
+        n_heads = check_int(fn, "n_heads", n_heads, minimum=1)
+        n_heads_1 = check_int(fn, "n_heads_1", n_heads_1, minimum=1)
+        max_len = check_int(fn, "max_len", max_len, minimum=1)
         for name, h in (("n_heads", n_heads), ("n_heads_1", n_heads_1)):
             if d_model % h:
                 raise ValueError(f"SyntaxModel: d_model={d_model} not divisible by {name}={h}")
@@ -262,6 +270,8 @@ def train_model(
 
     Returns the model (in eval mode) and the training :class:`attnlib.training.History`.
     """
+    steps = check_int("train_model", "steps", steps, minimum=1)
+    batch = check_int("train_model", "batch", batch, minimum=1)
     torch.manual_seed(seed)
     model = SyntaxModel()
     train_data, _ = split(encode(load_corpus(CORPUS_PATH)))
@@ -403,6 +413,7 @@ def fit_probe(X, y, n_classes: int) -> np.ndarray:
     W : ndarray of shape (n_features + 1, n_classes)
         The last row is the bias.
     """
+    n_classes = check_int("fit_probe", "n_classes", n_classes, minimum=1)
     X, y = _check_xy("fit_probe", X, y)
     if y.size and (y.min() < 0 or y.max() >= n_classes):
         raise ValueError(f"fit_probe: labels must lie in 0..{n_classes - 1}")

@@ -1,0 +1,351 @@
+"""One sandbox per graded submission: bubblewrap around the kernel nbgrader starts.
+
+nbgrader stays the engine; only the kernel process is put in a box. The grading driver
+(:mod:`attnlib.course.gradebook`) gives each submission a fresh host folder::
+
+    /tmp/kv-sbx-XXXX/         the sandbox root (short: it holds unix sockets)
+        work/                 the kernel's working folder: a copy of the submission's folder
+        run/                  the connection file and the kernel's ipc sockets
+        exchange/             hidden-test inputs (written by the grader) and outputs (kernel)
+
+and :func:`command` wraps the kernel's argv (``python -m ipykernel_launcher -f ...``) in
+
+    bwrap --die-with-parent --unshare-pid --unshare-net --unshare-ipc --unshare-uts
+          --unshare-cgroup-try --clearenv
+          --ro-bind /usr /usr  (+ /lib, /lib64, /bin as in the host)  --proc /proc --dev /dev
+          --ro-bind <python installation> --ro-bind <venv> --ro-bind <attnlib> --ro-bind <data>
+          --size 512MiB --tmpfs /tmp     --bind <root> <root>     --chdir <root>/work
+          -- python -I -S -c LAUNCHER --uid 64000+slot --as 6GiB --cpu 900 ... -- <kernel argv>
+
+What the kernel then sees and can do:
+
+* **Files**: the system's /usr, the Python installation, the venv and the course package
+  (attnlib and its data) — all read-only; its own folder; a private /tmp. Nothing else of
+  the course folder exists in its world: no gradebook.db, no submitted/, autograded/,
+  feedback/, other learners, or the repository's other files. The course package is
+  bound read-only, so no bytecode (``__pycache__``) can be written where another kernel
+  would read it; ``PYTHONDONTWRITEBYTECODE=1`` is set as well.
+* **Network**: none (``--unshare-net``: only its own loopback). The kernel talks to
+  nbgrader over zmq's *ipc* transport, unix sockets in ``run/``, the one folder both sides
+  see (TCP on loopback would not cross the network namespace).
+* **Identity**: when grading runs as root, the launcher drops to uid/gid ``64000 + slot``
+  (one uid per parallel worker, no groups, no capabilities; bwrap sets no_new_privs and
+  mounts everything nosuid). Not as root, bwrap makes a user namespace and the kernel
+  keeps the staff user's uid — it still sees only the folders above.
+* **Processes**: its own pid namespace; the kernel dies with the grader (``--die-with-parent``).
+* **Limits** (``setrlimit`` in the launcher, before the kernel starts): address space,
+  CPU seconds, size of a written file, number of processes (per uid, so only as root).
+
+Where bubblewrap cannot run (macOS, a kernel without user namespaces) :func:`unavailable`
+says why; the driver then refuses to grade unless told ``--unsafe-no-sandbox``.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from jupyter_client.manager import AsyncKernelManager
+
+__all__ = [
+    "Limits",
+    "Sandbox",
+    "SandboxKernelManager",
+    "bwrap_path",
+    "command",
+    "readonly_paths",
+    "unavailable",
+]
+
+UID_BASE = 64000  # the kernel's uid when grading runs as root: UID_BASE + worker slot
+EXCHANGE_ENV = "KEY_VECTORS_GRADING_EXCHANGE"  # where check_hidden finds its inputs
+
+# Runs inside the sandbox before the kernel: set the limits, drop to the sandbox uid, exec.
+# Plain standard library, started with `python -I -S` (no site, no environment) so that it
+# costs ~20 ms and trusts nothing of the environment.
+LAUNCHER = r"""
+import os, resource, sys
+args = sys.argv[1:]
+cut = args.index("--")
+opts, argv = dict(zip(args[:cut:2], args[1:cut:2])), args[cut + 1:]
+for key, name in (("--as", "RLIMIT_AS"), ("--cpu", "RLIMIT_CPU"),
+                  ("--fsize", "RLIMIT_FSIZE"), ("--nproc", "RLIMIT_NPROC")):
+    if key in opts:
+        n = int(opts[key])
+        resource.setrlimit(getattr(resource, name), (n, n))
+resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+if "--uid" in opts:
+    uid = int(opts["--uid"])
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+    if os.getuid() == 0 or os.geteuid() == 0:
+        sys.exit("sandbox launcher: could not drop root")
+os.umask(0o022)
+os.execvp(argv[0], argv)
+"""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of one sandboxed kernel (``setrlimit``; ``None`` = no limit)."""
+
+    memory_bytes: int | None = 6 * 2**30  # address space (torch reserves a lot of it)
+    cpu_seconds: int | None = 900  # CPU time of the kernel process, all cells together
+    file_bytes: int | None = 512 * 2**20  # largest file the kernel may write
+    processes: int | None = 512  # threads count too; per uid, so applied only as root
+    tmp_bytes: int = 512 * 2**20  # size of the private /tmp (memory-backed)
+
+
+def bwrap_path() -> str | None:
+    return shutil.which("bwrap")
+
+
+def _package_dirs() -> list[Path]:
+    dirs = []
+    for name in ("attnlib", "attnlib.data"):
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.submodule_search_locations:
+            dirs += [Path(p).resolve() for p in spec.submodule_search_locations]
+    return dirs
+
+
+def readonly_paths() -> list[Path]:
+    """What a kernel may read besides the system: Python, the venv, attnlib and its data."""
+    # Not sys.path: it holds the current folder (the course folder, gradebook.db and all)
+    # when the driver runs as `python -m attnlib.course.gradebook`.
+    paths = [Path(sys.base_prefix), Path(sys.base_exec_prefix), Path(sys.prefix)]
+    scheme = sysconfig.get_paths()
+    paths += [
+        Path(scheme[k]) for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in scheme
+    ]
+    paths += _package_dirs()
+    out: list[Path] = []
+    for p in sorted({q.resolve() for q in paths if q.exists()}, key=lambda q: len(q.parts)):
+        if any(p == o or o in p.parents for o in out):
+            continue  # already inside a bound folder
+        if p == Path("/") or p.parts[1:2] in (("usr",), ("tmp",)):
+            continue  # /usr is bound anyway; nothing under /tmp is course code
+        out.append(p)
+    return out
+
+
+def _system_binds() -> list[str]:
+    """/usr read-only, and /bin, /lib, /lib64, /sbin as the host has them (usrmerge links)."""
+    args = ["--ro-bind", "/usr", "/usr"]
+    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        host = Path("/") / name
+        if host.is_symlink():
+            args += ["--symlink", os.readlink(host), str(host)]
+        elif host.is_dir():
+            args += ["--ro-bind", str(host), str(host)]
+    for etc in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/localtime", "/etc/alternatives"):
+        if os.path.exists(etc):
+            args += ["--ro-bind", etc, etc]
+    return args
+
+
+def _parent_dirs(paths: list[Path]) -> list[str]:
+    """``--dir`` for every folder above a bind, world-readable (bwrap makes them 0700)."""
+    args: list[str] = []
+    seen: set[Path] = set()
+    for p in paths:
+        for parent in reversed(p.parents):
+            if parent in (Path("/"), Path("/tmp")) or parent in seen:
+                continue
+            seen.add(parent)
+            args += ["--perms", "0755", "--dir", str(parent)]
+    return args
+
+
+@dataclass
+class Sandbox:
+    """The host folder and identity of one sandboxed kernel; see the module docstring."""
+
+    slot: int = 0
+    limits: Limits = field(default_factory=Limits)
+    root: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="kv-sbx-", dir="/tmp"))
+        os.chmod(self.root, 0o755)
+        for sub in ("work", "run", "exchange"):
+            (self.root / sub).mkdir()
+            self._own(self.root / sub)
+
+    @property
+    def uid(self) -> int | None:
+        """The kernel's uid, or None when grading does not run as root (no switch)."""
+        return UID_BASE + self.slot if os.geteuid() == 0 else None
+
+    @property
+    def work(self) -> Path:
+        return self.root / "work"
+
+    @property
+    def run(self) -> Path:
+        return self.root / "run"
+
+    @property
+    def exchange(self) -> Path:
+        return self.root / "exchange"
+
+    def _own(self, path: Path) -> None:
+        if self.uid is not None:
+            os.chown(path, self.uid, self.uid)
+
+    def hand_over(self, path: Path) -> None:
+        """Make a file the grader wrote (connection file, copied submission) the kernel's."""
+        self._own(path)
+        if path.is_dir():
+            for p in path.rglob("*"):
+                self._own(p)
+
+    def fill_work(self, folder: Path | None) -> None:
+        """Copy the submission's folder (its notebook and any files beside it) into work/."""
+        if folder is not None and Path(folder).is_dir():
+            shutil.copytree(folder, self.work, dirs_exist_ok=True, symlinks=False)
+        self.hand_over(self.work)
+
+    def command(self, argv: list[str], threads: int | None = None) -> list[str]:
+        return command(argv, self, threads=threads)
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _launcher_args(sandbox: Sandbox) -> list[str]:
+    lim = sandbox.limits
+    args = [sys.executable, "-I", "-S", "-c", LAUNCHER]
+    for flag, value in (
+        ("--as", lim.memory_bytes),
+        ("--cpu", lim.cpu_seconds),
+        ("--fsize", lim.file_bytes),
+        ("--nproc", lim.processes if sandbox.uid is not None else None),
+        ("--uid", sandbox.uid),
+    ):
+        if value is not None:
+            args += [flag, str(int(value))]
+    return args + ["--"]
+
+
+def command(argv: list[str], sandbox: Sandbox, threads: int | None = None) -> list[str]:
+    """The bwrap command line that runs ``argv`` (a kernel) inside ``sandbox``."""
+    bwrap = bwrap_path()
+    if bwrap is None:
+        raise FileNotFoundError("bwrap (bubblewrap) is not installed")
+    ro = readonly_paths()
+    home = "/tmp/home"
+    cmd = [bwrap, "--die-with-parent"]
+    if os.geteuid() != 0:
+        cmd += ["--unshare-user"]
+    cmd += [
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--hostname",
+        "sandbox",
+        *_system_binds(),
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--perms",
+        "1777",
+        "--size",
+        str(sandbox.limits.tmp_bytes),
+        "--tmpfs",
+        "/tmp",
+        "--perms",
+        "1777",
+        "--size",
+        str(64 * 2**20),
+        "--tmpfs",
+        "/dev/shm",
+        *_parent_dirs([*ro, sandbox.root]),
+    ]
+    for p in ro:
+        cmd += ["--ro-bind", str(p), str(p)]
+    cmd += ["--bind", str(sandbox.root), str(sandbox.root), "--chdir", str(sandbox.work)]
+    env = {
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin", "/bin"]),
+        "HOME": home,
+        "USER": "learner",
+        "LOGNAME": "learner",
+        "LANG": "C.UTF-8",
+        "TMPDIR": "/tmp",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONNOUSERSITE": "1",
+        "MPLCONFIGDIR": f"{home}/matplotlib",
+        "IPYTHONDIR": f"{home}/ipython",
+        EXCHANGE_ENV: str(sandbox.exchange),
+    }
+    if threads:
+        env |= {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    cmd += ["--clearenv"]
+    for k, v in env.items():
+        cmd += ["--setenv", k, v]
+    return [*cmd, "--", *_launcher_args(sandbox), *argv]
+
+
+@functools.lru_cache(maxsize=1)
+def unavailable() -> str | None:
+    """Why no kernel can be sandboxed here (None when bubblewrap works)."""
+    if not sys.platform.startswith("linux"):
+        return f"bubblewrap needs Linux (this is {sys.platform})"
+    if bwrap_path() is None:
+        return "bwrap (Debian/Ubuntu package bubblewrap) is not installed"
+    box = Sandbox(slot=0)
+    try:
+        probe = "import attnlib, os, sys; sys.stdout.write(str(os.getuid()))"
+        argv = box.command([sys.executable, "-c", probe])
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as err:
+            return f"bwrap could not start: {err}"
+        if done.returncode != 0:
+            tail = (done.stderr.strip().splitlines() or ["no message"])[-1]
+            return f"bwrap could not start a sandbox here: {tail}"
+        if box.uid is not None and done.stdout.strip() != str(box.uid):
+            return f"the sandbox did not switch to uid {box.uid} (got {done.stdout.strip()!r})"
+        return None
+    finally:
+        box.cleanup()
+
+
+class SandboxKernelManager(AsyncKernelManager):
+    """A kernel manager whose kernel runs inside a :class:`Sandbox` (ipc transport).
+
+    Set ``sandbox`` before the kernel starts. The connection file and the sockets live in
+    the sandbox's ``run/`` folder; interrupts are sent as messages (a signal to bwrap's
+    process group does not reach into the pid namespace reliably).
+    """
+
+    sandbox: Sandbox | None = None
+    threads: int | None = None
+
+    def use(self, sandbox: Sandbox, threads: int | None = None) -> None:
+        self.sandbox = sandbox
+        self.threads = threads
+        self.transport = "ipc"
+        self.ip = str(sandbox.run / "kernel")
+        self.connection_file = str(sandbox.run / "kernel.json")
+        if self.kernel_spec is not None:
+            self.kernel_spec.interrupt_mode = "message"
+
+    def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
+        cmd = super().format_kernel_cmd(extra_arguments)
+        if self.sandbox is None:
+            return cmd
+        self.sandbox.hand_over(Path(self.connection_file))
+        return self.sandbox.command(cmd, threads=self.threads)
