@@ -15,7 +15,7 @@ help:
 	@echo "make test       set up .venv, lint, then unit tests + every notebook under strict nbval"
 	@echo "make student    write student versions of the lessons into workbook/ (never overwrites your edits)"
 	@echo "make release    nbgrader: build student releases of the graded lessons"
-	@echo "make autograde  nbgrader: grade submitted/ and export grades.csv"
+	@echo "make autograde  nbgrader: grade submitted/ (each kernel sandboxed; JOBS=N at once) and export grades.csv"
 	@echo "make feedback   nbgrader: feedback HTML for every graded submission into feedback/"
 	@echo "make bench      print the performance table"
 	@echo "make slides     reveal.js decks of every lesson into build/slides/ (offline; needs npm)"
@@ -48,11 +48,15 @@ student: setup
 	$(BIN)/python -m attnlib.course.student notebooks workbook
 
 # LESSONS="03_attention 08_masks" limits release/autograde to some lessons (default: all graded).
+# JOBS=N grades N submissions at once, each in its own sandbox (default: one per core).
+# GRADE_ARGS="--unsafe-no-sandbox" grades without bubblewrap (every CSV row then says so).
+JOBS ?=
+GRADE_ARGS ?=
 release: setup
 	$(BIN)/python -m attnlib.course.gradebook release $(LESSONS)
 
 autograde: setup
-	$(BIN)/python -m attnlib.course.gradebook autograde $(LESSONS)
+	$(BIN)/python -m attnlib.course.gradebook autograde $(LESSONS) $(if $(JOBS),--jobs $(JOBS)) $(GRADE_ARGS)
 
 feedback: setup
 	$(BIN)/python -m attnlib.course.gradebook feedback

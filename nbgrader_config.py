@@ -46,8 +46,17 @@ c.Execute.interrupt_on_timeout = True
 # A deleted (or metadata-stripped) test cell is put back and graded, not silently scored 0.
 c.OverwriteCells.add_missing_cells = True
 
-# Autograde: nbgrader's list, with Execute replaced by one that survives stuck or dead
-# kernels, and stderr in graded test cells not counted as failure.
+# Every grading kernel runs in a bubblewrap sandbox (attnlib/course/sandbox.py): read-only
+# course and venv, its own folder, no network, a separate uid, these limits. The driver
+# (`make autograde`) switches to "none" only when told --unsafe-no-sandbox, and sets the
+# worker slot and threads per kernel when it grades several submissions at once.
+c.ResilientExecute.sandbox = "bwrap"
+c.ResilientExecute.memory_limit = 6 * 2**30  # bytes of address space per kernel
+c.ResilientExecute.cpu_limit = 900  # CPU seconds per kernel (all its cells)
+
+# Autograde: nbgrader's list, with Execute replaced by one that sandboxes the kernel, judges
+# hidden tests outside it and survives stuck or dead kernels, and stderr in graded test
+# cells not counted as failure.
 c.Autograde.autograde_preprocessors = [
     ResilientExecute,
     IgnorePattern,

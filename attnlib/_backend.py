@@ -7,6 +7,7 @@ goes in and a torch tensor (with autograd intact) comes out.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,13 +26,25 @@ def is_numpy(x: Any) -> bool:
 
 
 def type_name(x: Any) -> str:
-    """A short, readable name of ``x``'s type: ``list``, ``numpy.ndarray``, ``torch.Tensor``."""
+    """A short, readable name of ``x``'s type: ``list``, ``numpy.ndarray``, ``torch.Tensor``.
+
+    Named by the shortest public path that exposes it: ``torch.nn.Linear``, not
+    ``torch.nn.modules.linear.Linear``; ``numpy.random.Generator``.
+    """
     t = type(x)
-    module = t.__module__
+    module = t.__module__ or ""
     if module in ("builtins", "__builtin__"):
         return t.__qualname__
-    root = module.split(".")[0]
-    return f"{root}.{t.__qualname__}"
+    parts = module.split(".")
+    for i in range(1, len(parts) + 1):
+        prefix = ".".join(parts[:i])
+        try:
+            exposed = getattr(sys.modules[prefix], t.__name__, None) is t
+        except Exception:  # a module missing from sys.modules, or an odd __getattr__
+            exposed = False
+        if exposed:
+            return f"{prefix}.{t.__qualname__}"
+    return f"{module}.{t.__qualname__}"
 
 
 def kind(x: Any) -> str:

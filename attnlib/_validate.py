@@ -9,8 +9,10 @@ type per kind of mistake, everywhere in attnlib:
 * ``ValueError`` — the right type with a wrong shape or value (a negative size, mismatched
   dims, a mask that does not broadcast, an unknown option).
 
-Every function takes ``fn``, the public name the caller was called by (``"attend"``,
-``"KVCache.append"``), first.
+Every check takes ``fn``, the public name the caller was called by (``"attend"``,
+``"KVCache.append"``), first; the checks of one value return it (converted where they say
+so), so that callers write ``n = check_int(fn, "n", n, minimum=1)``. :func:`type_name` (from
+:mod:`attnlib._backend`, re-exported here) is how every message names a type.
 """
 
 from __future__ import annotations
@@ -31,16 +33,19 @@ __all__ = [
     "check_int",
     "check_number",
     "check_choice",
+    "check_instance",
     "check_array",
     "check_ndim",
     "as_float_array",
     "same_kind_and_dtype",
     "at_least_2d",
     "broadcast_shapes",
+    "check_same_dim",
     "check_bool_mask",
     "check_mask",
     "normalise_axis",
     "check_qk",
+    "check_qkv",
     "default_scale",
 ]
 
@@ -99,6 +104,14 @@ def check_choice(fn: str, name: str, value, choices: Sequence) -> Any:
         names = [repr(c) for c in choices]
         listed = " or ".join(names) if len(names) == 2 else "one of " + ", ".join(names)
         raise ValueError(f"{fn}: {name} must be {listed}, got {value!r}")
+    return value
+
+
+def check_instance(fn: str, name: str, value, cls: type | tuple[type, ...], what: str):
+    """``value`` if it is an instance of ``cls``, else a ``TypeError``: ``{name} must be
+    {what}`` (e.g. ``"a torch.Generator"``), naming the type given."""
+    if not isinstance(value, cls):
+        raise TypeError(f"{fn}: {name} must be {what}, got {type_name(value)}")
     return value
 
 
@@ -193,6 +206,24 @@ def broadcast_shapes(fn: str, what: str, shapes: dict[str, tuple]) -> tuple:
         raise ValueError(f"{fn}: the {what} do not broadcast: {listed}") from None
 
 
+def check_same_dim(
+    fn: str, dim: str, first: tuple[str, Any, int], second: tuple[str, Any, int], why: str
+) -> int:
+    """The size ``dim`` that axis ``i`` of one array and axis ``j`` of another share.
+
+    ``first`` and ``second`` are ``(name, array, axis)``; if the sizes differ, a
+    ``ValueError`` names both arrays, their sizes and shapes, and says ``why`` they must
+    agree.
+    """
+    (a_name, a, i), (b_name, b, j) = first, second
+    if a.shape[i] != b.shape[j]:
+        raise ValueError(
+            f"{fn}: {a_name} has {dim}={a.shape[i]} (shape {tuple(a.shape)}) but {b_name} has "
+            f"{dim}={b.shape[j]} (shape {tuple(b.shape)}); {why}"
+        )
+    return a.shape[i]
+
+
 def normalise_axis(fn: str, axis, ndim: int) -> int:
     """``axis`` (an int, may be negative) as an index in ``0 .. ndim - 1``."""
     axis = check_int(fn, "axis", axis)
@@ -230,9 +261,8 @@ def check_bool_mask(
         )
     if not B.is_bool(mask):
         raise TypeError(
-            f"{fn}: {B.describe(name, mask)} must be boolean{said}. A float or int mask is "
-            f"added to the scores (0 keeps, -inf blocks), so a 0/1 mask would block "
-            f"nothing; {hint}"
+            f"{fn}: {B.describe(name, mask)} must be boolean{said}. A float or int 0/1 mask "
+            f"would be added to the scores and block nothing; {hint}"
         )
     return mask
 
@@ -276,16 +306,27 @@ def check_qk(fn: str, q, k):
     k = as_float_array(fn, "k", k)
     same_kind_and_dtype(fn, {"q": q, "k": k})
     at_least_2d(fn, {"q": q, "k": k})
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(
-            f"{fn}: q has d_k={q.shape[-1]} (shape {tuple(q.shape)}) but k has "
-            f"d_k={k.shape[-1]} (shape {tuple(k.shape)}); every query is compared with every "
-            f"key by a dot product, so their last dims must match"
-        )
+    why = "every query is compared with every key by a dot product, so their last dims must match"
+    check_same_dim(fn, "d_k", ("q", q, -1), ("k", k, -1), why)
     batch = broadcast_shapes(
         fn, "batch dims of q and k", {"q": tuple(q.shape[:-2]), "k": tuple(k.shape[:-2])}
     )
     return q, k, batch
+
+
+def check_qkv(fn: str, q, k, v):
+    """:func:`check_qk`, and values of the same kind and dtype with one row per key.
+
+    Returns ``(q, k, v, batch)`` with ``batch`` the broadcast of the three's leading dims.
+    """
+    q, k, _ = check_qk(fn, q, k)
+    v = as_float_array(fn, "v", v)
+    same_kind_and_dtype(fn, {"q": q, "v": v})
+    at_least_2d(fn, {"v": v})
+    check_same_dim(fn, "seq_k", ("k", k, -2), ("v", v, -2), "every key needs its value")
+    shapes = {"q": tuple(q.shape[:-2]), "k": tuple(k.shape[:-2]), "v": tuple(v.shape[:-2])}
+    batch = broadcast_shapes(fn, "batch dims of q, k and v", shapes)
+    return q, k, v, batch
 
 
 def default_scale(fn: str, d_k: int, scale) -> float:

@@ -31,7 +31,7 @@ import math
 import numpy as np
 import torch
 
-from attnlib._validate import as_float_array, check_array, check_int, check_ndim, default_scale
+from attnlib._validate import as_float_array, check_array, check_int, check_qkv, default_scale
 from attnlib.core import attend
 from attnlib.training import History, train
 
@@ -51,13 +51,10 @@ def _T(x: np.ndarray) -> np.ndarray:
 def _check(q, k, v, d_out) -> None:
     fn = "attention_backward"
     for name, x in (("q", q), ("k", k), ("v", v), ("d_out", d_out)):
-        as_float_array(fn, name, x, only="numpy")
-        check_ndim(fn, name, x, min_ndim=2)
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"attention_backward: q {q.shape} and k {k.shape} differ in d_k")
-    if k.shape[-2] != v.shape[-2]:
-        raise ValueError(f"attention_backward: k {k.shape} and v {v.shape} differ in seq_k")
-    want = (*np.broadcast_shapes(q.shape[:-2], v.shape[:-2]), q.shape[-2], v.shape[-1])
+        check_array(fn, name, x, only="numpy")
+    q, k, v, batch = check_qkv(fn, q, k, v)
+    as_float_array(fn, "d_out", d_out)
+    want = (*batch, q.shape[-2], v.shape[-1])
     if tuple(d_out.shape) != want:
         raise ValueError(
             f"attention_backward: d_out must have the output's shape {want} "

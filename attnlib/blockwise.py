@@ -30,13 +30,9 @@ import torch
 
 from attnlib import _backend as B
 from attnlib._validate import (
-    as_float_array,
-    at_least_2d,
-    broadcast_shapes,
     check_int,
-    check_qk,
+    check_qkv,
     default_scale,
-    same_kind_and_dtype,
 )
 from attnlib.masks import causal_offset
 
@@ -129,15 +125,7 @@ def blockwise_attend(
         No weights: they are never stored. A query with no visible key gets 0.
     """
     fn = "blockwise_attend"
-    q, k, _ = check_qk(fn, q, k)
-    v = as_float_array(fn, "v", v)
-    same_kind_and_dtype(fn, {"q": q, "v": v})
-    at_least_2d(fn, {"v": v})
-    if v.shape[-2] != k.shape[-2]:
-        raise ValueError(
-            f"{fn}: k has seq_k={k.shape[-2]} (shape {tuple(k.shape)}) but v has shape "
-            f"{tuple(v.shape)}; every key needs its value"
-        )
+    q, k, v, batch = check_qkv(fn, q, k, v)
     block_q = check_int(fn, "block_q", block_q, minimum=1)
     block_k = check_int(fn, "block_k", block_k, minimum=1)
     scale = default_scale(fn, q.shape[-1], scale)
@@ -150,11 +138,6 @@ def blockwise_attend(
     seq_q, seq_k, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
     # causal: query i sees keys 0 .. i + offset
     offset = causal_offset(seq_q, seq_k, align) if causal else 0
-    batch = broadcast_shapes(
-        fn,
-        "batch dims of q, k and v",
-        {"q": tuple(q.shape[:-2]), "k": tuple(k.shape[:-2]), "v": tuple(v.shape[:-2])},
-    )
     out = ops.full((*batch, seq_q, d_v), 0.0, work, like=q)  # (..., seq_q, d_v)
     for i0 in range(0, seq_q, block_q):
         i1 = min(i0 + block_q, seq_q)

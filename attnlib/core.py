@@ -21,14 +21,12 @@ import torch
 from attnlib import _backend as B
 from attnlib._validate import (
     as_float_array,
-    at_least_2d,
-    broadcast_shapes,
     check_mask,
     check_ndim,
     check_qk,
+    check_qkv,
     default_scale,
     normalise_axis,
-    same_kind_and_dtype,
 )
 from attnlib.masks import causal_mask
 
@@ -184,20 +182,7 @@ def attend(q, k, v, mask=None, *, causal: bool = False, align: str = "top_left",
         (and its ``out`` row is 0).
     """
     fn = "attend"
-    q, k, _ = check_qk(fn, q, k)
-    v = as_float_array(fn, "v", v)
-    same_kind_and_dtype(fn, {"q": q, "v": v})
-    at_least_2d(fn, {"v": v})
-    if k.shape[-2] != v.shape[-2]:
-        raise ValueError(
-            f"attend: k has seq_k={k.shape[-2]} (shape {tuple(k.shape)}) but v has "
-            f"seq_k={v.shape[-2]} (shape {tuple(v.shape)}); every key needs its value"
-        )
-    batch = broadcast_shapes(
-        fn,
-        "batch dims of q, k and v",
-        {"q": tuple(q.shape[:-2]), "k": tuple(k.shape[:-2]), "v": tuple(v.shape[:-2])},
-    )
+    q, k, v, batch = check_qkv(fn, q, k, v)
     seq_q, seq_k = q.shape[-2], k.shape[-2]
     score_shape = (*batch, seq_q, seq_k)
     mask = check_mask(fn, mask, q, score_shape, "scores (..., seq_q, seq_k)")

@@ -16,7 +16,10 @@ attention (MHA) is ``n_kv_heads = n_heads``. :func:`grouped_attend` computes it 
 * :func:`kv_cache_bytes` — the memory formula;
 * :func:`grouped_attend` — attention with fewer key/value heads than query heads;
 * :class:`TinyDecoder` — embedding + ``n_layers`` causal attention blocks;
-* :func:`generate` — greedy decoding with or without the cache.
+* :func:`generate` — greedy decoding with or without the cache;
+* :func:`rotary_decode_step` — one cached step of a rotary (RoPE) attention layer: the new
+  tokens' positions start at the cache length, and keys are rotated *before* they are
+  cached.
 """
 
 from __future__ import annotations
@@ -28,10 +31,11 @@ from torch import nn
 from torch.nn import functional as F
 from torch.nn.attention.bias import causal_lower_right
 
-from attnlib._validate import check_array, check_int, check_mask, check_ndim
+from attnlib._validate import check_array, check_instance, check_int, check_mask, check_ndim
 from attnlib.core import attend
 from attnlib.heads import merge_heads, split_heads
 from attnlib.masks import causal_mask
+from attnlib.positions import apply_rotary
 
 __all__ = [
     "KVCache",
@@ -40,6 +44,7 @@ __all__ = [
     "TinyDecoder",
     "Generation",
     "generate",
+    "rotary_decode_step",
 ]
 
 
@@ -485,3 +490,58 @@ def generate(model: TinyDecoder, prompt: torch.Tensor, n_new: int, *, use_cache:
     vocab = model.head.out_features
     logits = torch.stack(all_logits, 1) if all_logits else torch.empty(batch, 0, vocab)
     return Generation(tokens, logits, caches)
+
+
+# ----------------------------------------------------------------------------------------
+# Positions with a cache: rotary embeddings.
+# ----------------------------------------------------------------------------------------
+
+
+def rotary_decode_step(q_new, k_new, v_new, cache: KVCache, *, start=None, base: float = 10000.0):
+    """One cached attention step of a layer with rotary embeddings (RoPE, lesson 12).
+
+    1. The ``seq_new`` new tokens sit at positions ``start .. start + seq_new - 1``; rotate
+       their queries and keys by those positions (:func:`attnlib.positions.apply_rotary`).
+    2. Append the *rotated* keys, and the values (never rotated), to ``cache``: each key is
+       rotated once, at its own position, and stored that way for every later step.
+    3. The new queries attend to every cached key (causal, aligned bottom-right).
+
+    ``start`` defaults to ``cache.length``, the number of positions already cached — the
+    only right value. Any other value (0, say, as if every step were a fresh sequence) is
+    the classic cache bug: it runs without an error and silently gives other outputs.
+
+    Parameters
+    ----------
+    q_new : Tensor of shape (batch, n_heads, seq_new, d_k)
+        Queries of the new tokens, not yet rotated.
+    k_new : Tensor of shape (batch, n_kv_heads, seq_new, d_k)
+        Their keys, not yet rotated (``n_kv_heads`` divides ``n_heads``, as in GQA).
+    v_new : Tensor of shape (batch, n_kv_heads, seq_new, d_v)
+    cache : KVCache
+        Holds the rotated keys and the values of the earlier positions; appended to.
+    start : int, optional
+        Position of the first new token; default ``cache.length``.
+    base : float, default 10000
+
+    Returns
+    -------
+    out : Tensor of shape (batch, n_heads, seq_new, d_v)
+    """
+    fn = "rotary_decode_step"
+    check_instance(fn, "cache", cache, KVCache, "a KVCache")
+    for name, x in (("q_new", q_new), ("k_new", k_new), ("v_new", v_new)):
+        check_array(fn, name, x, only="torch")
+        check_ndim(fn, name, x, ndim=4, doc="(batch, heads, seq_new, d)")
+    seq_new = q_new.shape[2]
+    if k_new.shape[2] != seq_new or v_new.shape[2] != seq_new:
+        raise ValueError(
+            f"{fn}: q_new, k_new and v_new must have the same seq_new (axis 2), got shapes "
+            f"{tuple(q_new.shape)}, {tuple(k_new.shape)}, {tuple(v_new.shape)}"
+        )
+    start = cache.length if start is None else check_int(fn, "start", start, minimum=0)
+    positions = torch.arange(start, start + seq_new)  # (seq_new,)
+    q_rot = apply_rotary(q_new, positions, base=base)  # (batch, n_heads, seq_new, d_k)
+    k_rot = apply_rotary(k_new, positions, base=base)  # (batch, n_kv_heads, seq_new, d_k)
+    k_all, v_all = cache.append(k_rot, v_new)  # (batch, n_kv_heads, seq_k, d_k / d_v)
+    out, _ = grouped_attend(q_rot, k_all, v_all, causal=True, align="bottom_right")
+    return out  # (batch, n_heads, seq_new, d_v)

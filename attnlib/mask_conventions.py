@@ -35,7 +35,10 @@ __all__ = [
 ]
 
 
-_HINT = "build a bool mask, e.g. mask == 1 if 1 meant 'may attend'"
+_HINT = (
+    "torch's float masks are additive (0 keeps, -inf blocks): build a bool mask, e.g. "
+    "mask == 1 if 1 meant 'may attend'"
+)
 
 
 def check_bool_mask(mask: Any, name: str = "mask", *, fn: str = "check_bool_mask"):

@@ -27,9 +27,10 @@ from attnlib._validate import (
     as_float_array,
     check_array,
     check_bool_mask,
+    check_instance,
     check_int,
     check_ndim,
-    type_name,
+    check_same_dim,
 )
 from attnlib.core import attend
 from attnlib.heads import merge_heads, split_heads
@@ -72,16 +73,11 @@ class _HeadsMixin:
                     f"{cls}: {B.describe(name, x)} has dtype {x.dtype} but the module's weights "
                     f"are {dtype}; use module.to({x.dtype}) or x.to({dtype})"
                 )
-        if key.shape[:2] != value.shape[:2]:
-            raise ValueError(
-                f"{cls}: key of shape {tuple(key.shape)} and value of shape "
-                f"{tuple(value.shape)} must agree in (batch, seq_k): every key needs its value"
-            )
-        if query.shape[0] != key.shape[0]:
-            raise ValueError(
-                f"{cls}: query of shape {tuple(query.shape)} and key of shape "
-                f"{tuple(key.shape)} have different batch sizes"
-            )
+        same = "key and value must agree in (batch, seq_k): every key needs its value"
+        check_same_dim(cls, "batch", ("key", key, 0), ("value", value, 0), same)
+        check_same_dim(cls, "seq_k", ("key", key, 1), ("value", value, 1), same)
+        why = "each sequence's queries attend to its own keys, so the batch sizes must match"
+        check_same_dim(cls, "batch", ("query", query, 0), ("key", key, 0), why)
 
     def _check_mask(self, mask, batch: int, seq_q: int, seq_k: int, device) -> torch.Tensor | None:
         """Return the mask as a bool tensor of 4 dims, broadcastable to the weights."""
@@ -227,11 +223,8 @@ class MultiHeadAttention(_HeadsMixin, nn.Module):
         MultiHeadAttention
             Same dtype and device as ``mha``.
         """
-        if not isinstance(mha, nn.MultiheadAttention):
-            raise TypeError(
-                f"MultiHeadAttention.from_torch: expected nn.MultiheadAttention, got "
-                f"{type_name(mha)}"
-            )
+        fn = "MultiHeadAttention.from_torch"
+        check_instance(fn, "mha", mha, nn.MultiheadAttention, "a torch.nn.MultiheadAttention")
         if not mha._qkv_same_embed_dim:
             raise ValueError(
                 f"MultiHeadAttention.from_torch: kdim={mha.kdim} / vdim={mha.vdim} differ from "
@@ -318,11 +311,8 @@ class FusedQKVAttention(_HeadsMixin, nn.Module):
     @classmethod
     def from_separate(cls, mha: MultiHeadAttention) -> FusedQKVAttention:
         """Stack a :class:`MultiHeadAttention`'s W_q, W_k, W_v into one fused copy."""
-        if not isinstance(mha, MultiHeadAttention):
-            raise TypeError(
-                f"FusedQKVAttention.from_separate: expected attnlib.MultiHeadAttention, got "
-                f"{type_name(mha)}"
-            )
+        fn = "FusedQKVAttention.from_separate"
+        check_instance(fn, "mha", mha, MultiHeadAttention, "an attnlib.MultiHeadAttention")
         bias = mha.W_q.bias is not None
         ref = mha.W_q.weight
         new = cls(mha.d_model, mha.n_heads, bias=bias).to(device=ref.device, dtype=ref.dtype)

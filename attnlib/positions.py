@@ -11,7 +11,15 @@ way. Two ways to put position into the key-query comparison:
   offset ``n - m`` only, not on where the pair sits in the sequence.
 
 Pairing convention: dimension ``2i`` and ``2i + 1`` form plane ``i`` (as in the RoFormer
-paper), rotated by angle ``position · base^(-2i/d_k)``.
+paper), rotated by angle ``position · base^(-2i/d_k)``. GPT-NeoX and the Llama code of
+Hugging Face ``transformers`` pair dimension ``i`` with ``i + d_k/2`` instead (the
+"rotate-half" layout, :func:`apply_rotary_halves`). Both are RoPE: one is the other with the
+dimensions of q and k permuted (:func:`rotary_halves_permutation`), and a permutation
+applied to both q and k leaves every score unchanged.
+
+ALiBi (:func:`alibi_slopes`, :func:`alibi_bias`) puts no position into the vectors at all:
+each head adds ``-slope · distance`` to its scores, a penalty growing linearly with how far
+back the key is.
 """
 
 from __future__ import annotations
@@ -22,7 +30,16 @@ import torch
 from attnlib import _backend as B
 from attnlib._validate import as_float_array, check_int, check_ndim, check_number
 
-__all__ = ["sinusoidal_positions", "rotary_frequencies", "rotary_angles", "apply_rotary"]
+__all__ = [
+    "sinusoidal_positions",
+    "rotary_frequencies",
+    "rotary_angles",
+    "apply_rotary",
+    "rotary_halves_permutation",
+    "apply_rotary_halves",
+    "alibi_slopes",
+    "alibi_bias",
+]
 
 
 def sinusoidal_positions(seq: int, d_model: int, *, base: float = 10000.0, like=None):
@@ -125,3 +142,127 @@ def apply_rotary(x, positions=None, *, base: float = 10000.0):
     out[..., 0::2] = x0 * cos - x1 * sin
     out[..., 1::2] = x0 * sin + x1 * cos
     return B.ops_for(x).astype(out, x.dtype)
+
+
+# ----------------------------------------------------------------------------------------
+# The rotate-half layout of RoPE.
+# ----------------------------------------------------------------------------------------
+
+
+def rotary_halves_permutation(d_k: int) -> np.ndarray:
+    """The dimension order that turns the rotate-half layout into interleaved pairs.
+
+    ``perm[2i] = i`` and ``perm[2i + 1] = i + d_k/2``: ``x[..., perm]`` moves the plane
+    ``(i, i + d_k/2)`` of the rotate-half layout to dimensions ``(2i, 2i + 1)``, where
+    :func:`apply_rotary` expects it. Hence, for any x,
+    ``apply_rotary_halves(x)[..., perm] == apply_rotary(x[..., perm])``.
+
+    Returns
+    -------
+    perm : int ndarray of shape (d_k,)
+    """
+    fn = "rotary_halves_permutation"
+    d_k = check_int(fn, "d_k", d_k, minimum=2)
+    if d_k % 2:
+        raise ValueError(f"{fn}: d_k must be even (dimensions are rotated in pairs), got {d_k}")
+    half = d_k // 2
+    return np.stack([np.arange(half), np.arange(half, d_k)], axis=1).reshape(d_k)  # (d_k,)
+
+
+def apply_rotary_halves(x, positions=None, *, base: float = 10000.0):
+    """Rotary embeddings in the rotate-half layout (GPT-NeoX, Llama in ``transformers``).
+
+    Plane ``i`` is dimensions ``(i, i + d_k/2)``, rotated by ``position · base^(-2i/d_k)``:
+    ``x_rot = x · cos + rotate_half(x) · sin`` with ``rotate_half(x) = [-x2, x1]`` for the
+    halves ``x1 = x[..., :d_k/2]`` and ``x2 = x[..., d_k/2:]``. The same rotations as
+    :func:`apply_rotary`, applied to a permuted copy of the dimensions
+    (:func:`rotary_halves_permutation`), which is how it is computed here.
+
+    Parameters
+    ----------
+    x : ndarray or Tensor of shape (..., seq, d_k)
+        Queries or keys (never values). d_k must be even.
+    positions : sequence of int of shape (seq,), optional
+        Position of each row; default ``0 .. seq-1``.
+    base : float, default 10000
+
+    Returns
+    -------
+    x_rot : same kind, dtype and shape as x
+    """
+    fn = "apply_rotary_halves"
+    x = as_float_array(fn, "x", x)
+    check_ndim(fn, "x", x, min_ndim=2, doc="(..., seq, d_k)")
+    d_k = x.shape[-1]
+    if d_k % 2:
+        raise ValueError(f"{fn}: {B.describe('x', x)} has odd d_k={d_k}; pairs need even d_k")
+    perm = rotary_halves_permutation(d_k)  # (d_k,)
+    inverse = np.argsort(perm)  # (d_k,)
+    if B.is_torch(x):
+        perm = torch.as_tensor(perm, device=x.device)
+        inverse = torch.as_tensor(inverse, device=x.device)
+    return apply_rotary(x[..., perm], positions, base=base)[..., inverse]  # (..., seq, d_k)
+
+
+# ----------------------------------------------------------------------------------------
+# ALiBi: a linear penalty on the distance to the key (Press et al., 2021).
+# ----------------------------------------------------------------------------------------
+
+
+def alibi_slopes(n_heads: int) -> np.ndarray:
+    """The head-specific slopes of ALiBi, shape (n_heads,), float64.
+
+    For ``n_heads`` a power of two: the geometric sequence ``2^(-8/n_heads · h)``,
+    h = 1 .. n_heads (8 heads: 1/2, 1/4, ..., 1/256). Otherwise, as in the paper's code:
+    the slopes of the nearest smaller power of two, then every other slope of twice that
+    many heads.
+    """
+    n_heads = check_int("alibi_slopes", "n_heads", n_heads, minimum=1)
+
+    def power_of_two(n: int) -> list[float]:
+        start = 2.0 ** (-8.0 / n)
+        return [start ** (h + 1) for h in range(n)]
+
+    if n_heads & (n_heads - 1) == 0:
+        return np.array(power_of_two(n_heads))
+    below = 1 << (n_heads.bit_length() - 1)  # the largest power of two < n_heads
+    extra = power_of_two(2 * below)[0::2][: n_heads - below]
+    return np.array(power_of_two(below) + extra)
+
+
+def alibi_bias(seq_q: int, seq_k: int | None = None, *, n_heads: int, like=None):
+    """ALiBi's bias on the scores: ``-slope_h · |query position - key position|``.
+
+    Added to the pre-softmax scores of head h (nothing is added to queries, keys or
+    values). The queries are the *last* ``seq_q`` of ``seq_k`` positions (as when decoding
+    with a cache; with ``seq_q == seq_k`` query i is position i). A causal model — the
+    paper's setting — masks the future keys, so only ``-slope · (i - j)`` for ``j <= i``
+    matters; the bias depends on the distance ``i - j`` only.
+
+    Parameters
+    ----------
+    seq_q : int
+    seq_k : int, optional
+        Default ``seq_q``; must be at least ``seq_q``.
+    n_heads : int
+    like : ndarray or Tensor, optional
+        Return a torch tensor of ``like``'s dtype and device if it is a tensor; else
+        float64 numpy.
+
+    Returns
+    -------
+    bias : ndarray or Tensor of shape (n_heads, seq_q, seq_k)
+        Broadcasts against scores of shape (batch, n_heads, seq_q, seq_k).
+    """
+    fn = "alibi_bias"
+    seq_q = check_int(fn, "seq_q", seq_q, minimum=1)
+    seq_k = seq_q if seq_k is None else check_int(fn, "seq_k", seq_k, minimum=1)
+    if seq_k < seq_q:
+        raise ValueError(f"{fn}: seq_k={seq_k} < seq_q={seq_q}; the queries are the last positions")
+    slopes = alibi_slopes(n_heads)  # (n_heads,)
+    query_pos = np.arange(seq_k - seq_q, seq_k)[:, None]  # (seq_q, 1)
+    distance = np.abs(query_pos - np.arange(seq_k)[None, :])  # (seq_q, seq_k)
+    bias = slopes[:, None, None] * -distance  # (n_heads, seq_q, seq_k)
+    if B.is_torch(like):
+        return torch.as_tensor(bias, dtype=like.dtype, device=like.device)
+    return bias

@@ -26,6 +26,7 @@ from attnlib._validate import (
     check_array,
     check_int,
     check_ndim,
+    check_same_dim,
     same_kind_and_dtype,
 )
 
@@ -113,18 +114,10 @@ def project(x, W_q, W_k, W_v):
         _check_array(fn, name, w, 2)
         if w.ndim != 2:
             raise ValueError(f"project: {B.describe(name, w)} must be 2-D (d_model, d_out)")
-        if w.shape[0] != x.shape[-1]:
-            raise ValueError(
-                f"project: x has d_model={x.shape[-1]} (shape {tuple(x.shape)}) but {name} has "
-                f"{w.shape[0]} rows (shape {tuple(w.shape)}); {name} is (d_model, d_out) and "
-                f"multiplies from the right: x @ {name}"
-            )
-    if W_q.shape[1] != W_k.shape[1]:
-        raise ValueError(
-            f"project: W_q gives d_k={W_q.shape[1]} (shape {tuple(W_q.shape)}) but W_k gives "
-            f"d_k={W_k.shape[1]} (shape {tuple(W_k.shape)}); queries and keys must have the "
-            f"same width to be compared"
-        )
+        why = f"{name} is (d_model, d_out) and multiplies from the right: x @ {name}"
+        check_same_dim(fn, "d_model", ("x", x, -1), (name, w, 0), why)
+    why = "queries and keys must have the same width to be compared"
+    check_same_dim(fn, "d_k", ("W_q", W_q, 1), ("W_k", W_k, 1), why)
     same_kind_and_dtype(fn, {"x": x, **mats})
     q = x @ W_q  # (..., seq, d_k)
     k = x @ W_k  # (..., seq, d_k)

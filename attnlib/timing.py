@@ -4,6 +4,11 @@ Lessons 10 and 11 and ``make bench`` time several ways of computing one thing. A
 seconds move by 40 % or more between a quiet and a busy spell on a shared machine, so every
 round here calls each variant once, in turn: a slow spell slows all of them, and the ratio
 between them stays meaningful.
+
+* :func:`median_times` — the median of the rounds: the typical cost;
+* :func:`min_times` — the fastest round: the cost of the work itself. Noise (another
+  process, an interrupt, a page fault) only ever *adds* time, so the minimum of many short
+  rounds is the most repeatable estimate of a small step (lesson 10's per-token times).
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from collections.abc import Callable
 
 from attnlib._validate import check_int
 
-__all__ = ["median_times"]
+__all__ = ["median_times", "min_times"]
 
 
 def median_times(fns: dict[str, Callable[[], object]], *, repeats: int = 5, warmup: int = 1):
@@ -44,3 +49,39 @@ def median_times(fns: dict[str, Callable[[], object]], *, repeats: int = 5, warm
             if r >= warmup:
                 times[name].append(dt)
     return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def _rounds(fn_name: str, fns, repeats: int, warmup: int) -> dict[str, list[float]]:
+    check_int(fn_name, "repeats", repeats, minimum=1)
+    check_int(fn_name, "warmup", warmup, minimum=0)
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for r in range(warmup + repeats):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            dt = time.perf_counter() - t0
+            if r >= warmup:
+                times[name].append(dt)
+    return times
+
+
+def min_times(fns: dict[str, Callable[[], object]], *, repeats: int = 15, warmup: int = 2):
+    """Fastest wall time (seconds) of each function over interleaved rounds.
+
+    Each round calls every function once, in order; after ``warmup`` untimed rounds,
+    ``repeats`` rounds are timed and the smallest time of each function is kept. A busy
+    machine can only make a call slower, never faster, so the minimum of many rounds
+    estimates the cost of the work itself and moves far less between runs than a mean or
+    a median. Use it for steps of milliseconds; compare variants by their ratios.
+
+    Parameters
+    ----------
+    fns : dict of name -> callable taking no argument
+    repeats : int >= 1, default 15 — timed rounds.
+    warmup : int >= 0, default 2 — untimed rounds first (caches, allocator, lazy set-up).
+
+    Returns
+    -------
+    dict of name -> float
+    """
+    return {name: min(ts) for name, ts in _rounds("min_times", fns, repeats, warmup).items()}

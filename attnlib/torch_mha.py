@@ -16,7 +16,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from attnlib._validate import check_bool_mask, type_name
+from attnlib._validate import check_bool_mask, check_instance
 from attnlib.core import attend
 from attnlib.heads import merge_heads, split_heads
 from attnlib.projections import linear
@@ -49,8 +49,7 @@ def unpack_mha(mha: nn.MultiheadAttention) -> MHAWeights:
 
     The returned tensors are views of the module's parameters (gradients flow through them).
     """
-    if not isinstance(mha, nn.MultiheadAttention):
-        raise TypeError(f"unpack_mha: expected nn.MultiheadAttention, got {type_name(mha)}")
+    check_instance("unpack_mha", "mha", mha, nn.MultiheadAttention, "a torch.nn.MultiheadAttention")
     if mha.bias_k is not None or mha.add_zero_attn:
         raise ValueError("unpack_mha: add_bias_kv / add_zero_attn are not supported")
     d = mha.embed_dim

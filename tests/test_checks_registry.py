@@ -8,7 +8,12 @@ new exercise is covered here as soon as its module exists:
   superset, listed in ``SUPERSETS``), by ``check`` and by the hidden check;
 * ``check`` on a variant raises ``AssertionError`` naming the id and its explanation;
 * the cases are non-square where the inputs are matrices, and every variant differs
-  from the reference on at least one case (a variant the cases cannot see is a defect).
+  from the reference on at least one case (a variant the cases cannot see is a defect);
+* where an exercise diagnoses by inference (``Exercise.infer``), the registry is the test
+  suite of the inference: every variant is named by the measurement (with a sentence
+  saying what was measured), and every pair of mistakes that can co-occur
+  (``checks.co_occurring``, built from ``Misconception.settings``) is diagnosed as
+  exactly both ids, in registry order, with the check's last line naming them.
 """
 
 from __future__ import annotations
@@ -49,6 +54,22 @@ VARIANTS = [
     for m in get_exercise(name).misconceptions
     for i, v in enumerate(m.variants)
 ]
+INFERRED = [name for name in EXERCISES if get_exercise(name).infer is not None]
+PAIRS = [
+    pytest.param(name, ids, fn, id=f"{name}-{ids[0]}+{ids[1]}")
+    for name in INFERRED
+    for ids, fn in checks.co_occurring(name)
+]
+# The exercises the inference issue requires a property view for.
+REQUIRED_INFERENCE = {
+    "softmax", "attend", "causal_mask", "padding_mask", "decode_step", "online_softmax_update",
+    "rotary_attend", "split_heads", "merge_heads", "mha_by_hand", "attention_backward",
+}  # fmt: skip
+
+
+def _in_registry_order(name, ids):
+    order = [m.id for m in get_exercise(name).misconceptions]
+    return sorted(ids, key=order.index)
 
 
 def _arrays(case):
@@ -106,6 +127,48 @@ def test_variant_is_diagnosed_as_exactly_its_misconception(name, mid, index, var
     assert report.misconceptions == expected
     assert checks.diagnose(name, variant) == expected
     assert checks.run(name, variant, hidden=True).misconceptions == expected
+    if name in INFERRED:  # named by what was measured, not by matching the variant
+        assert not report.inference_error
+        assert [f.id for f in report.findings] == expected
+        assert all(len(f.detail) > 20 for f in report.findings)
+
+
+def test_the_required_exercises_diagnose_by_inference():
+    assert REQUIRED_INFERENCE <= set(INFERRED)
+    for name in INFERRED:
+        ex = get_exercise(name)
+        assert ex.build is not None, name
+        missing = [m.id for m in ex.misconceptions if m.settings is None]
+        assert not missing, f"{name}: misconceptions without settings {missing}"
+
+
+@pytest.mark.parametrize("name", INFERRED)
+def test_settings_rebuild_each_misconception(name):
+    ex = get_exercise(name)
+    assert checks.diagnose(name, ex.build()) == []
+    for m in ex.misconceptions:
+        assert checks.diagnose(name, ex.build(**m.settings)) == [m.id], m.id
+
+
+@pytest.mark.parametrize(("name", "ids", "fn"), PAIRS)
+def test_co_occurring_mistakes_are_diagnosed_as_exactly_both(name, ids, fn):
+    expected = _in_registry_order(name, ids)
+    report = checks.run(name, fn)
+    assert not report.ok
+    assert not report.inference_error
+    assert report.misconceptions == expected
+    with pytest.raises(AssertionError) as err:
+        checks.check(name, fn)
+    message = str(err.value)
+    assert message.splitlines()[-1] == checks.result_line(name, expected)
+    for mid in expected:
+        assert f"[{mid}] Measured: " in message and checks.explanation(name, mid) in message
+
+
+def test_there_are_pairs_for_every_exercise_with_independent_choices():
+    counts = {name: len(checks.co_occurring(name)) for name in INFERRED}
+    assert counts["attend"] >= 200
+    assert sum(counts.values()) >= 290
 
 
 @pytest.mark.parametrize(("name", "mid", "index", "variant"), VARIANTS)

@@ -136,3 +136,26 @@ def test_hidden_cases_exist_and_an_independent_solution_passes_them_silently(nam
     assert checks.run(name, INDEPENDENT[name], hidden=True).ok
     checks.check_hidden(name, INDEPENDENT[name])
     assert capsys.readouterr().out == ""
+
+
+def test_online_update_keeps_a_row_with_nothing_seen_yet_empty():
+    """Exercise 11.1's edge case: a row whose keys so far are all masked stays empty, no NaN."""
+    cases = [c for c in get_exercise("online_softmax_update").cases() if "fully masked" in c.label]
+    assert len(cases) == 1
+    m, l, acc, s_block, v_block = cases[0].args
+    row = np.isneginf(s_block).all(axis=-1)
+    assert row.any() and np.isneginf(m[row]).all()
+    m_new, l_new, acc_new = get_exercise("online_softmax_update").reference(*cases[0].args)
+    assert np.isneginf(m_new[row]).all()
+    assert (l_new[row] == 0).all() and (acc_new[row] == 0).all()
+    assert np.isfinite(l_new).all() and np.isfinite(acc_new).all()
+    # the next block (keys now visible) proceeds normally from the empty state
+    s_next = np.random.default_rng(3).standard_normal(s_block.shape)
+    _, l2, acc2 = get_exercise("online_softmax_update").reference(
+        m_new, l_new, acc_new, s_next, v_block
+    )
+    w = np.exp(s_next[row] - s_next[row].max(-1, keepdims=True))
+    np.testing.assert_allclose(acc2[row] / l2[row], (w / w.sum(-1, keepdims=True)) @ v_block)
+    assert checks.diagnose("online_softmax_update", exd._online_variant(guard_empty=False)) == [
+        "masked-row-nan"
+    ]

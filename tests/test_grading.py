@@ -1,12 +1,13 @@
-"""The real nbgrader flow: release, autograde, export, feedback, validate.
+"""The real nbgrader flow, in the sandbox: release, exchange, autograde, export, feedback.
 
-Two fixture lessons (tests/nbfixtures.py: softmax 1 point + attend 2 points; causal_mask
-1 + padding_mask 1) are released into a temporary course folder; one submission per
-scenario is graded in ONE autograde run (nbgrader in-process through attnlib.course.gradebook,
-with the repository's nbgrader_config.py), then feedback is generated. Then every graded
-lesson in notebooks/ goes through the same flow: its instructor version scores full
-marks, its untouched release scores 0, `nbgrader validate` passes on the source and
-`nbgrader validate --invert` on the release.
+ONE course folder holds the two fixture lessons (tests/nbfixtures.py: softmax 1 point +
+attend 2 points; causal_mask 1 + padding_mask 1) and a copy of every graded lesson in
+notebooks/. Into it go: the hostile and honest submissions of tests/hostile.py, the old
+scenarios (edited and deleted test cells, an interrupt-swallowing loop, unreadable JSON),
+two learners who go through nbgrader's exchange (release_assignment -> fetch -> submit ->
+collect -> autograde -> generate_feedback -> release_feedback -> fetch_feedback), and the
+instructor version and untouched release of every real lesson. ONE ``autograde`` run
+grades them all, two at a time, each kernel in its own bubblewrap sandbox.
 """
 
 from __future__ import annotations
@@ -14,16 +15,19 @@ from __future__ import annotations
 import csv
 import json
 import re
+import shutil
+import sys
 import time
 from pathlib import Path
 
 import nbformat
 import pytest
+from hostile import HONEST, HOSTILE
 from nbfixtures import LESSONS, hidden_lines, reference_source, set_solution, solution_lines
 from nbfixtures import write_lessons as write_fixture_lessons
 
 from attnlib.checks.grading import TAMPER_TAG
-from attnlib.course import gradebook
+from attnlib.course import gradebook, sandbox
 from attnlib.course.lessons import lesson_paths
 
 pytestmark = [
@@ -34,7 +38,13 @@ pytestmark = [
 ]
 
 ROOT = Path(__file__).resolve().parents[1]
-TIMEOUT = 20  # seconds per cell in these tests (the course uses 60)
+ATTNLIB = ROOT / "attnlib"
+TIMEOUT = 30  # seconds per cell in these tests (the course uses 60)
+JOBS = 2
+NO_SANDBOX = sandbox.unavailable()
+needs_sandbox = pytest.mark.skipif(
+    NO_SANDBOX is not None, reason=f"no bubblewrap sandbox here: {NO_SANDBOX}"
+)
 
 NESTED_SWALLOW_LOOP = """def softmax(x):
     while True:
@@ -44,57 +54,16 @@ NESTED_SWALLOW_LOOP = """def softmax(x):
         except KeyboardInterrupt:
             continue
 """
-
-CHEAT = """import attnlib
-
-
-def softmax(x):
-    return attnlib.softmax(x)
-
-
-class Anything:
-    def __eq__(self, other):
-        return True
-
-
-def attend(q, k, v, mask=None):
-    return Anything(), Anything()
-"""
-
-WRONG_SOFTMAX = "def softmax(x):\n    e = np.exp(x)\n    return e / e.sum(axis=-1, keepdims=True)\n"
 WRONG_ATTEND = "def attend(q, k, v, mask=None):\n    return q, k\n"
 
-PATCHER = """import numpy.testing
-import torch.testing
-import attnlib.checks._core as core
-
-numpy.testing.assert_allclose = lambda *a, **k: None
-torch.testing.assert_close = lambda *a, **k: None
-import attnlib.checks
-
-core.run = lambda exercise, fn, **k: core.Report(exercise=exercise, ok=True, n_cases=1)
-attnlib.checks.run = core.run  # the visible check now passes anything
-"""
-
-PATCH_CHECKS = """from attnlib import checks
-
-checks.check = lambda *a, **k: None
-checks.check_hidden = lambda *a, **k: None
-"""
-
-NOISY = """import sys
-import warnings
-
-print("defining softmax", file=sys.stderr)
-
-
-def softmax(x):
-    warnings.warn("a library warning", UserWarning, stacklevel=1)
-    print("debug", file=sys.stderr)
-    m = x.max(axis=-1, keepdims=True)
-    e = np.exp(x - m)
-    return e / e.sum(axis=-1, keepdims=True)
-"""
+LESSON_PATHS = [p for p in lesson_paths(ROOT / "notebooks") if gradebook.is_graded(p)]
+A, B = LESSONS
+PLANTED = (
+    ATTNLIB
+    / "checks"
+    / "__pycache__"
+    / (f"_core.cpython-{sys.version_info[0]}{sys.version_info[1]}.pyc")
+)
 
 
 def _grade_ids(nb):
@@ -110,28 +79,28 @@ def _submit(course: Path, student: str, lesson: str, nb) -> None:
         nbformat.write(nb, d / f"{lesson}.ipynb")
 
 
-def _fixture_submissions(course: Path, notebooks: Path) -> None:
-    def release(lesson):
-        return nbformat.read(course / "release" / lesson / f"{lesson}.ipynb", as_version=4)
+def _release(course: Path, lesson: str):
+    return nbformat.read(course / "release" / lesson / f"{lesson}.ipynb", as_version=4)
 
-    a, b = LESSONS
-    for lesson in (a, b):
+
+def _scenarios(course: Path, notebooks: Path) -> None:
+    for lesson in (A, B):
         _submit(course, "ref", lesson, nbformat.read(notebooks / f"{lesson}.ipynb", as_version=4))
-        _submit(course, "untouched", lesson, release(lesson))
+        _submit(course, "untouched", lesson, _release(course, lesson))
 
     # softmax right with its test cell deleted; attend wrong with its test cell stripped
     # of metadata and replaced by `pass`
-    nb = release(a)
+    nb = _release(course, A)
     set_solution(nb, "l01-softmax-solution", reference_source("softmax"))
     set_solution(nb, "l01-attend-solution", WRONG_ATTEND)
     cells = _grade_ids(nb)
     nb.cells.remove(cells["l01-softmax-check"])
     cells["l01-attend-check"].metadata.pop("nbgrader")
     cells["l01-attend-check"].source = "pass"
-    _submit(course, "tests_changed", a, nb)
+    _submit(course, "tests_changed", A, nb)
 
     # causal_mask wrong with its (still locked) test cell edited to `pass`
-    nb = release(b)
+    nb = _release(course, B)
     set_solution(
         nb,
         "l02-causal_mask-solution",
@@ -139,46 +108,115 @@ def _fixture_submissions(course: Path, notebooks: Path) -> None:
     )
     set_solution(nb, "l02-padding_mask-solution", reference_source("padding_mask"))
     set_solution(nb, "l02-causal_mask-check", "pass")
-    _submit(course, "edited", b, nb)
+    _submit(course, "edited", B, nb)
 
-    nb = release(a)
+    nb = _release(course, A)
     set_solution(nb, "l01-softmax-solution", NESTED_SWALLOW_LOOP)
     set_solution(nb, "l01-attend-solution", reference_source("attend"))
-    _submit(course, "looper", a, nb)
+    _submit(course, "looper", A, nb)
 
-    nb = release(a)
-    set_solution(nb, "l01-softmax-solution", "import os\n\n\ndef softmax(x):\n    os._exit(1)\n")
-    set_solution(nb, "l01-attend-solution", reference_source("attend"))
-    _submit(course, "crasher", a, nb)
+    _submit(course, "corrupt", A, '{"cells": [ this is not json')
 
-    nb = release(a)
-    set_solution(nb, "l01-softmax-solution", CHEAT)
-    set_solution(nb, "l01-attend-solution", "pass")
-    _submit(course, "cheat", a, nb)
+    for sub in HOSTILE + HONEST:
+        nb = _release(course, A)
+        fill = {"course": str(course), "attnlib": str(ATTNLIB)}
+        set_solution(nb, "l01-softmax-solution", _fill(sub.softmax, fill))
+        set_solution(nb, "l01-attend-solution", _fill(sub.attend, fill))
+        if sub.edit is not None:
+            sub.edit(nb)
+        _submit(course, sub.student, A, nb)
 
-    nb = release(a)
-    set_solution(nb, "l01-softmax-solution", PATCHER + "\n\n" + WRONG_SOFTMAX)
-    set_solution(nb, "l01-attend-solution", WRONG_ATTEND)
-    _submit(course, "patcher", a, nb)
 
-    nb = release(a)
-    set_solution(nb, "l01-softmax-solution", PATCH_CHECKS + "\n\n" + WRONG_SOFTMAX)
-    set_solution(nb, "l01-attend-solution", WRONG_ATTEND)
-    _submit(course, "patch_checks", a, nb)
+def _fill(source: str, values: dict) -> str:
+    for k, v in values.items():
+        source = source.replace("{" + k + "}", v)
+    return source
 
-    nb = release(a)
-    set_solution(nb, "l01-softmax-solution", NOISY)
-    set_solution(nb, "l01-attend-solution", reference_source("attend"))
-    _submit(course, "noisy", a, nb)
 
-    _submit(course, "corrupt", a, '{"cells": [ this is not json')
+# ---- nbgrader's exchange, with two learner identities -----------------------------------
+
+LEARNERS = ("alice", "bob")
+BOB_ATTACK = """import sqlite3
+
+for _p in ('{course}/gradebook.db', '{exchange}/key-vectors/inbound'):
+    try:
+        _db = sqlite3.connect(_p + ('' if _p.endswith('.db') else '/x.db'))
+        _db.execute("UPDATE grade SET manual_score = 0, auto_score = 0")
+        _db.commit()
+        print('WROTE', _p)
+    except Exception as err:
+        print('cannot reach', _p, type(err).__name__)
+
+
+def softmax(x):
+    raise NotImplementedError()
+"""
+
+
+def _exchange(cfg, cls, assignment: str, student: str | None = None, **kw):
+    from nbgrader.auth import Authenticator
+    from nbgrader.coursedir import CourseDirectory
+
+    cd = CourseDirectory(config=cfg)
+    cd.assignment_id = assignment
+    if student is not None:
+        cd.student_id = student
+    app = cls(coursedir=cd, authenticator=Authenticator(config=cfg), config=cfg, **kw)
+    app.start()
+    return app
+
+
+def _exchange_config(course: Path, exchange: Path):
+    cfg = gradebook.load_config(course)
+    cfg.Exchange.root = str(exchange)
+    cfg.Exchange.cache = str(exchange.parent / "cache")
+    return cfg
+
+
+def _exchange_out(course: Path, exchange: Path, homes: Path) -> None:
+    from nbgrader.exchange.default import (
+        ExchangeCollect,
+        ExchangeFetchAssignment,
+        ExchangeReleaseAssignment,
+        ExchangeSubmit,
+    )
+
+    cfg = _exchange_config(course, exchange)
+    _exchange(cfg, ExchangeReleaseAssignment, A, force=True)
+    for who in LEARNERS:
+        home = homes / who
+        home.mkdir(parents=True)
+        _exchange(cfg, ExchangeFetchAssignment, A, who, assignment_dir=str(home))
+        path = home / A / f"{A}.ipynb"
+        nb = nbformat.read(path, as_version=4)
+        if who == "alice":
+            set_solution(nb, "l01-softmax-solution", reference_source("softmax"))
+            set_solution(nb, "l01-attend-solution", reference_source("attend"))
+        else:
+            attack = _fill(BOB_ATTACK, {"course": str(course), "exchange": str(exchange)})
+            set_solution(nb, "l01-softmax-solution", attack)
+        nbformat.write(nb, path)
+        _exchange(cfg, ExchangeSubmit, A, who, assignment_dir=str(home))
+    _exchange(cfg, ExchangeCollect, A, update=True)
+
+
+def _exchange_back(course: Path, exchange: Path, homes: Path) -> None:
+    from nbgrader.exchange.default import ExchangeFetchFeedback, ExchangeReleaseFeedback
+
+    cfg = _exchange_config(course, exchange)
+    for who in LEARNERS:
+        _exchange(cfg, ExchangeReleaseFeedback, A, who)
+        _exchange(cfg, ExchangeFetchFeedback, A, who, assignment_dir=str(homes / who))
+
+
+# ---- the one graded course ----------------------------------------------------------------
 
 
 class Graded:
-    """What one autograde run produced."""
+    """What the one autograde run produced."""
 
-    def __init__(self, course: Path, notebooks: Path, outcomes, lines, seconds):
-        self.course, self.notebooks = course, notebooks
+    def __init__(self, course: Path, notebooks: Path, outcomes, lines, seconds, homes):
+        self.course, self.notebooks, self.homes = course, notebooks, homes
         self.outcomes = {(o.student, o.assignment): o for o in outcomes}
         self.lines = lines
         self.seconds = seconds
@@ -189,189 +227,267 @@ class Graded:
         path = self.course / "autograded" / student / lesson / f"{lesson}.ipynb"
         return nbformat.read(path, as_version=4)
 
+    def score(self, student: str, lesson: str = A):
+        row = self.rows[(student, lesson)]
+        return row["score"], row["max_score"], row["status"], row["needs_review"]
+
 
 @pytest.fixture(scope="module")
-def fixture_course(tmp_path_factory) -> Graded:
+def graded(tmp_path_factory) -> Graded:
+    if NO_SANDBOX is not None:
+        pytest.skip(f"no bubblewrap sandbox here: {NO_SANDBOX}")
     tmp = tmp_path_factory.mktemp("grading")
-    notebooks, course = tmp / "notebooks", tmp / "course"
+    notebooks, course, homes = tmp / "notebooks", tmp / "course", tmp / "homes"
     write_fixture_lessons(notebooks)
+    for path in LESSON_PATHS:
+        shutil.copy(path, notebooks / path.name)
     course.mkdir()
-    assert gradebook.release(course, notebooks) == list(LESSONS)
-    _fixture_submissions(course, notebooks)
+    names = gradebook.release(course, notebooks)
+    assert names[: len(LESSONS)] == list(LESSONS) or set(LESSONS) <= set(names)
+    _scenarios(course, notebooks)
+    for path in LESSON_PATHS:
+        _submit(course, "instructor", path.stem, nbformat.read(path, as_version=4))
+        _submit(course, "untouched", path.stem, _release(course, path.stem))
+    _exchange_out(course, tmp / "exchange", homes)
+    if PLANTED.exists():
+        PLANTED.unlink()  # left by someone else: the run must not create one
     lines: list[str] = []
     t0 = time.perf_counter()
-    outcomes = gradebook.autograde(course, notebooks, timeout=TIMEOUT, echo=lines.append)
+    outcomes = gradebook.autograde(course, notebooks, timeout=TIMEOUT, jobs=JOBS, echo=lines.append)
     seconds = time.perf_counter() - t0
     print("\n".join(lines))
     gradebook.feedback(course, echo=lines.append)
-    return Graded(course, notebooks, outcomes, lines, seconds)
+    _exchange_back(course, tmp / "exchange", homes)
+    graded = Graded(course, notebooks, outcomes, lines, seconds, homes)
+    graded.names = names
+    return graded
 
 
-def _score(graded: Graded, student: str, lesson: str):
-    row = graded.rows[(student, lesson)]
-    return row["score"], row["max_score"], row["status"], row["needs_review"]
+# ---- the old scenarios ----------------------------------------------------------------------
 
 
-A, B = LESSONS
+def test_reference_solutions_score_full_marks(graded):
+    assert graded.score("ref", A) == ("3.0", "3.0", "graded", "no")
+    assert graded.score("ref", B) == ("2.0", "2.0", "graded", "no")
+    assert graded.rows[("ref", A)]["sandbox"] == gradebook.SANDBOXED
 
 
-def test_reference_solutions_score_full_marks(fixture_course):
-    assert _score(fixture_course, "ref", A) == ("3.0", "3.0", "graded", "no")
-    assert _score(fixture_course, "ref", B) == ("2.0", "2.0", "graded", "no")
+def test_an_untouched_student_version_scores_zero_and_grading_goes_on(graded):
+    assert graded.score("untouched", A) == ("0.0", "3.0", "graded", "no")
+    assert graded.score("untouched", B) == ("0.0", "2.0", "graded", "no")
 
 
-def test_an_untouched_student_version_scores_zero_and_grading_goes_on(fixture_course):
-    assert _score(fixture_course, "untouched", A) == ("0.0", "3.0", "graded", "no")
-    assert _score(fixture_course, "untouched", B) == ("0.0", "2.0", "graded", "no")
-
-
-def test_deleted_and_stripped_test_cells_are_restored_and_graded(fixture_course):
+def test_deleted_and_stripped_test_cells_are_restored_and_graded(graded):
     # softmax right (its deleted test restored: 1 point), attend wrong (its test,
     # stripped to a plain `pass` cell, restored: 0 points)
-    assert _score(fixture_course, "tests_changed", A)[:2] == ("1.0", "3.0")
-    cells = _grade_ids(fixture_course.autograded("tests_changed", A))
+    assert graded.score("tests_changed", A)[:3] == ("1.0", "3.0", "graded")
+    cells = _grade_ids(graded.autograded("tests_changed", A))
     for gid in ("l01-softmax-check", "l01-attend-check"):
         assert "BEGIN HIDDEN TESTS" in cells[gid].source
     errors = [o for o in cells["l01-attend-check"].outputs if o.output_type == "error"]
     assert errors and errors[0].ename == "AssertionError"
+    assert "missing from the submission; put back" in graded.rows[("tests_changed", A)]["notes"]
 
 
-def test_an_edited_locked_test_cell_is_restored(fixture_course):
-    assert _score(fixture_course, "edited", B)[:2] == ("1.0", "2.0")
-    cell = _grade_ids(fixture_course.autograded("edited", B))["l02-causal_mask-check"]
+def test_an_edited_locked_test_cell_is_restored(graded):
+    assert graded.score("edited", B)[:2] == ("1.0", "2.0")
+    cell = _grade_ids(graded.autograded("edited", B))["l02-causal_mask-check"]
     assert cell.source.startswith("from attnlib import checks")
     assert "[causal-inverted]" in "".join(o.get("evalue", "") for o in cell.outputs)
 
 
-def test_an_infinite_loop_that_swallows_interrupts_times_out_and_the_rest_is_graded(
-    fixture_course,
-):
-    score, max_score, status, _ = _score(fixture_course, "looper", A)
+def test_an_infinite_loop_that_swallows_interrupts_times_out_and_the_rest_is_graded(graded):
+    score, max_score, status, _ = graded.score("looper", A)
     assert (score, max_score, status) == ("2.0", "3.0", "graded with problems")
-    notes = fixture_course.rows[("looper", A)]["notes"]
+    notes = graded.rows[("looper", A)]["notes"]
     assert "l01-softmax-check: timed out" in notes
     assert "stuck after the timeout (restarted, rest graded)" in notes
-    cell = _grade_ids(fixture_course.autograded("looper", A))["l01-softmax-check"]
+    cell = _grade_ids(graded.autograded("looper", A))["l01-softmax-check"]
     assert [o.ename for o in cell.outputs if o.output_type == "error"][:1] == ["CellTimeoutError"]
 
 
-def test_a_dying_kernel_is_reported_and_the_rest_is_graded(fixture_course):
-    score, _, status, review = _score(fixture_course, "crasher", A)
-    assert (score, status, review) == ("2.0", "graded with problems", "yes")
-    notes = fixture_course.rows[("crasher", A)]["notes"]
-    assert "l01-softmax-check: the kernel died (restarted, rest graded)" in notes
-    assert "uses os._exit" in notes
-    assert any("crasher/01_fixture" in ln and "REVIEW" in ln for ln in fixture_course.lines)
-    assert any("the kernel died" in ln for ln in fixture_course.lines)
-
-
-def test_a_submission_that_cannot_be_graded_is_reported_not_zeroed(fixture_course):
-    row = fixture_course.rows[("corrupt", A)]
+def test_a_submission_that_cannot_be_graded_is_reported_not_zeroed(graded):
+    row = graded.rows[("corrupt", A)]
     assert row["status"] == "NOT GRADED" and row["score"] == "" and row["needs_review"] == "yes"
-    assert any(
-        ln.strip().startswith("NOT GRADED  corrupt/01_fixture") for ln in fixture_course.lines
-    )
-    # the other students' grades are all there
-    graded = [k for k, r in fixture_course.rows.items() if r["status"].startswith("graded")]
-    assert len(graded) == len(fixture_course.outcomes) - 1
+    assert any("NOT GRADED" in ln and "corrupt/01_fixture" in ln for ln in graded.lines)
+    # every other submission has its row
+    assert len(graded.outcomes) == sum(r["status"] != "no submission" for r in graded.rows.values())
 
 
-def test_calling_the_reference_or_returning_an_always_equal_object_scores_nothing(
-    fixture_course,
-):
-    score, _, _, review = _score(fixture_course, "cheat", A)
-    assert (score, review) == ("0.0", "yes")
-    notes = fixture_course.rows[("cheat", A)]["notes"]
-    assert "l01-softmax-check: calls the course reference" in notes
-    assert "defines Anything.__eq__" in notes
-
-
-def test_monkeypatched_testing_modules_and_checks_core_are_flagged(fixture_course):
-    score, _, _, review = _score(fixture_course, "patcher", A)
-    assert (score, review) == ("0.0", "yes")
-    notes = fixture_course.rows[("patcher", A)]["notes"]
-    hidden = [n for n in notes.split(" | ") if "hidden test found tampering" in n]
-    assert len(hidden) == 2  # both exercises: the visible checks passed, the hidden did not
-    for name in ("numpy.testing.assert_allclose", "torch.testing.assert_close", "_core.run"):
-        assert name in hidden[0]
-
-
-def test_replacing_the_checks_themselves_is_flagged_for_review(fixture_course):
-    # The learner's kernel runs the tests, so replacing check_hidden before the test cell
-    # runs defeats any in-kernel check: the audit outside the kernel flags it instead.
-    row = fixture_course.rows[("patch_checks", A)]
-    assert row["needs_review"] == "yes"
-    assert "audit: l01-softmax-solution: assigns to checks.check_hidden" in row["notes"]
-
-
-def test_a_correct_solution_that_writes_to_stderr_keeps_its_points(fixture_course):
-    assert _score(fixture_course, "noisy", A) == ("3.0", "3.0", "graded", "no")
-
-
-def test_grading_time_is_recorded(fixture_course):
-    seconds = [o.seconds for o in fixture_course.outcomes.values()]
+def test_grading_time_and_progress_are_reported(graded):
+    seconds = [o.seconds for o in graded.outcomes.values() if o.status != "NOT GRADED"]
     assert all(s > 0 for s in seconds)
-    assert any(
-        re.search(r"graded \d+ submission\(s\) in [\d.]+ s", ln) for ln in fixture_course.lines
-    )
-    report = json.loads((fixture_course.course / gradebook.REPORT_NAME).read_text())
+    summary = [ln for ln in graded.lines if ln.startswith("graded ") and "worker(s)" in ln]
+    assert summary and f"with {JOBS} worker(s)" in summary[0] and "median" in summary[0]
+    assert any(re.match(r"\[[#.]+\]\s+\d+/\d+ ", ln) for ln in graded.lines)
+    report = json.loads((graded.course / gradebook.REPORT_NAME).read_text())
     assert report[A]["looper"]["status"] == "graded with problems"
 
 
-# ----------------------------------------------------------------------------------------
-# Nothing secret in what learners get back
-# ----------------------------------------------------------------------------------------
+# ---- hostile and honest submissions (tests/hostile.py) -------------------------------------
+
+
+@pytest.mark.parametrize("sub", HOSTILE, ids=[s.student for s in HOSTILE])
+def test_a_hostile_submission_earns_nothing_and_is_flagged(graded, sub):
+    row = graded.rows[(sub.student, A)]
+    assert row["status"] == sub.status, (sub.what, row)
+    assert row["score"] == "" and row["raw_score"] == "", row  # never a number
+    assert row["needs_review"] == "yes"
+    for needle in sub.notes:
+        assert needle in row["notes"], (sub.what, needle, row["notes"])
+
+
+@pytest.mark.parametrize("sub", HONEST, ids=[s.student for s in HONEST])
+def test_an_honest_submission_keeps_its_points_unflagged(graded, sub):
+    row = graded.rows[(sub.student, A)]
+    assert (row["score"], row["status"], row["needs_review"]) == (
+        f"{float(sub.points)}",
+        "graded",
+        "no",
+    ), row["notes"]
+
+
+def test_nothing_printed_during_hidden_cases_reaches_the_feedback(graded):
+    html = (graded.course / "feedback" / "ok_magic_and_prints" / A / f"{A}.html").read_text()
+    assert "SHAPE-LEAK (3, 5)" in html  # a visible case: the learner may see it
+    for hidden_shape in ("(5, 3)", "(3, 2, 7)", "(4, 6)"):  # softmax's hidden cases
+        assert f"SHAPE-LEAK {hidden_shape}" not in html
+
+
+def test_the_sandbox_kept_the_kernel_away_from_the_course_and_the_network(graded):
+    text = json.dumps(graded.autograded("h19_escape", A).cells[3].outputs)
+    assert f"{graded.course}/gradebook.db False" in text
+    assert f"{graded.course}/submitted False" in text
+    assert "no network:" in text and "read-only:" in text
+
+
+def test_no_kernel_can_plant_bytecode_for_the_next_one(graded):
+    text = json.dumps(graded.autograded("h11_bytecode", A).cells[3].outputs)
+    assert "could not plant" in text and "PLANTED" not in text
+    assert not PLANTED.exists()
+    # and the learners graded after it kept their points
+    assert graded.score("ok_reference")[0] == "3.0"
+
+
+# ---- two learners through nbgrader's exchange ------------------------------------------------
+
+
+def test_the_exchange_flow_grades_each_learner_and_returns_their_feedback(graded):
+    assert graded.score("alice") == ("3.0", "3.0", "graded", "no")
+    for who in LEARNERS:
+        fetched = list((graded.homes / who / A / "feedback").rglob(f"{A}.html"))
+        assert len(fetched) == 1, who
+    alice_fb = next((graded.homes / "alice" / A / "feedback").rglob(f"{A}.html")).read_text()
+    assert "check_hidden" not in alice_fb and "HIDDEN TESTS" not in alice_fb
+
+
+def test_one_learner_cannot_change_another_learners_grade(graded):
+    from nbgrader.api import Gradebook
+
+    bob = graded.rows[("bob", A)]
+    assert bob["status"] == "FLAGGED" and "imports sqlite3" in bob["notes"]
+    text = json.dumps(graded.autograded("bob", A).cells[3].outputs)
+    assert "WROTE" not in text and text.count("cannot reach") == 2
+    with Gradebook(f"sqlite:///{graded.course / 'gradebook.db'}") as gb:
+        sub = gb.find_submission(A, "alice")
+        assert sub.score == 3.0
+        for nb in sub.notebooks:
+            assert all(g.manual_score is None for g in nb.grades)
+
+
+# ---- nothing secret in what learners get back ------------------------------------------------
 
 
 def _leaks(text: str, lines: list[str]) -> list[str]:
     return [ln for ln in lines if ln in text]
 
 
-def test_releases_contain_no_solutions_and_no_hidden_tests(fixture_course):
+def test_releases_contain_no_solutions_and_no_hidden_tests(graded):
     for lesson in LESSONS:
-        src = nbformat.read(fixture_course.notebooks / f"{lesson}.ipynb", as_version=4)
-        text = (fixture_course.course / "release" / lesson / f"{lesson}.ipynb").read_text()
+        src = nbformat.read(graded.notebooks / f"{lesson}.ipynb", as_version=4)
+        text = (graded.course / "release" / lesson / f"{lesson}.ipynb").read_text()
         assert _leaks(text, solution_lines(src)) == []
         assert _leaks(text, hidden_lines(src)) == []
         assert "HIDDEN TESTS" not in text
 
 
-def test_feedback_contains_no_hidden_tests(fixture_course):
-    files = sorted((fixture_course.course / "feedback").rglob("*.html"))
-    graded = [k for k, o in fixture_course.outcomes.items() if o.status != "NOT GRADED"]
-    assert len(files) == len(graded)
+def test_feedback_contains_no_hidden_tests(graded):
+    files = sorted((graded.course / "feedback").rglob("*.html"))
+    done = [k for k, o in graded.outcomes.items() if o.status != "NOT GRADED"]
+    assert len(files) == len(done)
     for path in files:
         text = path.read_text()
         lesson = path.parent.name
-        src = nbformat.read(fixture_course.notebooks / f"{lesson}.ipynb", as_version=4)
+        src = nbformat.read(graded.notebooks / f"{lesson}.ipynb", as_version=4)
         assert "HIDDEN TESTS" not in text, path
         assert _leaks(text, hidden_lines(src)) == [], path
         if path.parts[-3] == "untouched":
             assert _leaks(text, solution_lines(src)) == [], path
     # a failed test shows its message; a failed hidden test not its source
-    cheat = (fixture_course.course / "feedback" / "cheat" / A / f"{A}.html").read_text()
-    assert "calls the course's reference" in cheat
-    patcher = (fixture_course.course / "feedback" / "patcher" / A / f"{A}.html").read_text()
+    ref = (graded.course / "feedback" / "h01_reference" / A / f"{A}.html").read_text()
+    assert "calls the course&#39;s reference" in ref or "calls the course's reference" in ref
+    patcher = (graded.course / "feedback" / "h03_patch_testing" / A / f"{A}.html").read_text()
     assert TAMPER_TAG in patcher
 
 
-def test_course_csv_export_plugin(fixture_course, monkeypatch, tmp_path):
+def test_course_csv_export_plugin(graded, monkeypatch, tmp_path):
     from nbgrader.api import Gradebook
 
-    monkeypatch.chdir(fixture_course.course)
+    monkeypatch.chdir(graded.course)
     plugin = gradebook.CourseCsvExport(to=str(tmp_path / "g.csv"))
-    with Gradebook(f"sqlite:///{fixture_course.course / 'gradebook.db'}") as gb:
+    with Gradebook(f"sqlite:///{graded.course / 'gradebook.db'}") as gb:
         plugin.export(gb)
     with open(tmp_path / "g.csv") as fh:
         rows = {(r["student_id"], r["assignment"]): r for r in csv.DictReader(fh)}
-    assert rows == fixture_course.rows
+    assert rows == graded.rows
 
 
-def test_validate_source_lessons_and_invert_on_releases(fixture_course):
+def test_validate_source_lessons_and_invert_on_releases(tmp_path):
+    # nbgrader validate runs the hidden tests in the kernel (no grader around): the
+    # in-process verify path. Two fixture lessons; the real lessons' solutions and stubs
+    # are graded above (full marks / zero), and run under nbval with their hidden tests.
+    notebooks, course = tmp_path / "notebooks", tmp_path / "course"
+    write_fixture_lessons(notebooks)
+    gradebook.release(course, notebooks)
     lines: list[str] = []
-    assert gradebook.validate(fixture_course.course, fixture_course.notebooks, echo=lines.append)
+    assert gradebook.validate(course, notebooks, echo=lines.append), lines
     assert sum(ln.startswith("ok: nbgrader validate /") for ln in lines) == len(LESSONS)
     assert sum(ln.startswith("ok: nbgrader validate --invert /") for ln in lines) == len(LESSONS)
+
+
+# ---- every graded lesson in notebooks/ ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("lesson", [p.stem for p in LESSON_PATHS])
+def test_every_lesson_grades_full_marks_for_its_solution_and_zero_untouched(graded, lesson):
+    score, max_score, status, review = graded.score("instructor", lesson)
+    assert float(max_score) > 0
+    assert (score, status, review) == (max_score, "graded", "no"), graded.rows[
+        ("instructor", lesson)
+    ]["notes"]
+    assert graded.score("untouched", lesson)[:3] == ("0.0", max_score, "graded")
+
+
+@pytest.mark.parametrize("lesson", [p.stem for p in LESSON_PATHS])
+def test_every_release_and_feedback_keeps_solutions_and_hidden_tests_secret(graded, lesson):
+    src = nbformat.read(ROOT / "notebooks" / f"{lesson}.ipynb", as_version=4)
+    outside = re.sub(
+        r"### BEGIN SOLUTION\n.*?### END SOLUTION",
+        "",
+        "\n".join(c.source for c in src.cells),
+        flags=re.S,
+    )
+    secret = [ln for ln in solution_lines(src) if ln not in outside]
+    for path in (
+        graded.course / "release" / lesson / f"{lesson}.ipynb",
+        graded.course / "feedback" / "untouched" / lesson / f"{lesson}.html",
+    ):
+        text = path.read_text()
+        assert _leaks(text, secret) == [], path
+        assert _leaks(text, hidden_lines(src)) == [], path
+        assert "HIDDEN TESTS" not in text, path
+    instructor_fb = graded.course / "feedback" / "instructor" / lesson / f"{lesson}.html"
+    assert "check_hidden" not in instructor_fb.read_text()
 
 
 # ----------------------------------------------------------------------------------------
@@ -441,74 +557,58 @@ def test_the_audit_flags_tampering_but_not_ordinary_solutions():
     assert gradebook.audit_code("%timeit pass\nx = 1", forbidden) == []  # magics parse
 
 
-# ----------------------------------------------------------------------------------------
-# Every graded lesson in notebooks/
-# ----------------------------------------------------------------------------------------
-
-LESSON_PATHS = [
-    p for p in lesson_paths(ROOT / "notebooks") if gradebook.is_graded(p)
-]
-
-
-@pytest.fixture(scope="module")
-def real_course(tmp_path_factory) -> Graded:
-    if not LESSON_PATHS:
-        pytest.skip("no graded lessons in notebooks/ yet")
-    course = tmp_path_factory.mktemp("course")
-    notebooks = ROOT / "notebooks"
-    names = gradebook.release(course, notebooks)
-    for name in names:
-        _submit(
-            course, "instructor", name, nbformat.read(notebooks / f"{name}.ipynb", as_version=4)
-        )
-        rel = nbformat.read(course / "release" / name / f"{name}.ipynb", as_version=4)
-        _submit(course, "untouched", name, rel)
-    lines: list[str] = []
-    t0 = time.perf_counter()
-    outcomes = gradebook.autograde(course, notebooks, echo=lines.append)
-    print("\n".join(lines))
-    gradebook.feedback(course, echo=lines.append)
-    graded = Graded(course, notebooks, outcomes, lines, time.perf_counter() - t0)
-    graded.names = names
-    return graded
-
-
-@pytest.mark.parametrize("lesson", [p.stem for p in LESSON_PATHS])
-def test_every_lesson_grades_full_marks_for_its_solution_and_zero_untouched(real_course, lesson):
-    score, max_score, status, review = _score(real_course, "instructor", lesson)
-    assert float(max_score) > 0
-    assert (score, status, review) == (max_score, "graded", "no"), real_course.rows[
-        ("instructor", lesson)
-    ]["notes"]
-    assert _score(real_course, "untouched", lesson)[:3] == ("0.0", max_score, "graded")
-
-
-@pytest.mark.parametrize("lesson", [p.stem for p in LESSON_PATHS])
-def test_every_release_and_feedback_keeps_solutions_and_hidden_tests_secret(real_course, lesson):
-    src = nbformat.read(ROOT / "notebooks" / f"{lesson}.ipynb", as_version=4)
-    outside = re.sub(
-        r"### BEGIN SOLUTION\n.*?### END SOLUTION",
-        "",
-        "\n".join(c.source for c in src.cells),
-        flags=re.S,
+def test_the_audit_follows_aliases_and_flags_hooks_files_and_the_gradebook():
+    forbidden = {"attend", "softmax"}
+    found = gradebook.audit_cells(
+        [
+            "import attnlib.checks\n_c = attnlib.checks",
+            "_c.check_hidden = lambda *a, **k: None",
+            "def f(m):\n    m.check = None\n\n\nf(np)",
+            "for mod in (np, torch):\n    mod.isclose = None",
+        ],
+        forbidden,
     )
-    secret = [ln for ln in solution_lines(src) if ln not in outside]
-    for path in (
-        real_course.course / "release" / lesson / f"{lesson}.ipynb",
-        real_course.course / "feedback" / "untouched" / lesson / f"{lesson}.html",
-    ):
-        text = path.read_text()
-        assert _leaks(text, secret) == [], path
-        assert _leaks(text, hidden_lines(src)) == [], path
-        assert "HIDDEN TESTS" not in text, path
-    instructor_fb = real_course.course / "feedback" / "instructor" / lesson / f"{lesson}.html"
-    assert "check_hidden" not in instructor_fb.read_text()
+    assert found[1] == ["assigns to _c.check_hidden"]
+    assert "assigns to m.check" in found[2]
+    assert "assigns to mod.isclose" in found[3]
+    hooks = gradebook.audit_code(
+        "ip = get_ipython()\nip.input_transformers_post.append(f)\nip.events.register('x', f)",
+        forbidden,
+    )
+    assert "calls get_ipython()" in hooks and "uses ip.input_transformers_post" in hooks
+    assert "uses ip.events" in hooks
+    assert gradebook.audit_code("import sqlite3", forbidden) == ["imports sqlite3"]
+    assert "opens a file for writing" in gradebook.audit_code("open('x.py', 'w')", forbidden)
+    assert "names 'gradebook' in a string" in gradebook.audit_code(
+        "p = '../gradebook.db'", forbidden
+    )
+    # honest code: arrays are assigned into, torch.softmax is not "a course reference"
+    honest = "out = np.zeros((2, 3))\nout[0, 1] = 1.0\nw = torch.softmax(s, -1)\nprint(sys.argv)"
+    assert gradebook.audit_code(honest, forbidden) == []
+    assert gradebook.audit_code("import attnlib as al\ny = al.softmax(x)", forbidden) == [
+        "uses al.softmax (a course reference)"
+    ]
 
 
-def test_nbgrader_validate_on_every_source_lesson_and_invert_on_every_release(real_course):
-    lines: list[str] = []
-    ok = gradebook.validate(real_course.course, ROOT / "notebooks", echo=lines.append)
-    assert ok, "\n".join(lines)
-    n = len(real_course.names)
-    assert sum(ln.startswith("ok: nbgrader validate /") for ln in lines) == n, lines
-    assert sum(ln.startswith("ok: nbgrader validate --invert /") for ln in lines) == n, lines
+def test_nbgrader_log_lines_about_changed_metadata_are_findings():
+    log = (
+        "[AutogradeApp | WARNING] Attribute 'locked' for cell l01-softmax-solution has "
+        "changed! (should be: False, got: True)\n"
+        "[AutogradeApp | WARNING] Attribute 'checksum' for cell l01-softmax-check has "
+        "changed! (should be: abc, got: def)\n"
+        "[AutogradeApp | WARNING] Missing grade cell l01-attend-check encountered, adding\n"
+    )
+    review, notes = gradebook.log_findings(log)
+    assert len(review) == 1 and "locked" in review[0]  # a checksum line is not a finding
+    assert notes == ["l01-attend-check: missing from the submission; put back and graded"]
+
+
+def test_a_hidden_region_is_split_from_the_visible_part():
+    source = (
+        'from attnlib import checks\n\nchecks.check("softmax", softmax)\n'
+        '### BEGIN HIDDEN TESTS\nchecks.check_hidden("softmax", softmax)\n### END HIDDEN TESTS'
+    )
+    visible, hidden = gradebook.split_hidden(source)
+    assert "check_hidden" not in visible and "checks.check(" in visible
+    assert hidden.strip() == 'checks.check_hidden("softmax", softmax)'
+    assert gradebook.split_hidden("x = 1") is None

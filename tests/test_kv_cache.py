@@ -233,3 +233,69 @@ def test_generate_errors_and_edge_cases():
         generate(model, torch.tensor([1, 2]), 3)
     with pytest.raises(ValueError, match="exceeds max_len=6"):
         generate(model, torch.tensor([[1, 2]]), 10, use_cache=False)
+
+
+# ---- positions with a cache: RoPE ----------------------------------------------------------
+
+
+def _rope_full(q, k, v):
+    """Oracle: rotate every position at once, then causal SDPA over the whole sequence."""
+    from attnlib.positions import apply_rotary
+
+    gqa = q.shape[1] != k.shape[1]
+    return F.scaled_dot_product_attention(
+        apply_rotary(q), apply_rotary(k), v, is_causal=True, enable_gqa=gqa
+    )
+
+
+@pytest.mark.parametrize(("n_heads", "n_kv_heads"), [(4, 4), (4, 2), (4, 1)])
+def test_rotary_decode_step_token_by_token_equals_the_whole_sequence(n_heads, n_kv_heads):
+    from attnlib.kv_cache import rotary_decode_step
+    from attnlib.positions import apply_rotary
+
+    q, k, v = (
+        _rand(2, n_heads, 9, 8, seed=1),
+        _rand(2, n_kv_heads, 9, 8),
+        _rand(2, n_kv_heads, 9, 5),
+    )
+    cache = KVCache(batch=2, n_kv_heads=n_kv_heads, d_k=8, d_v=5, max_len=9, dtype=torch.float64)
+    outs = [rotary_decode_step(q[:, :, :4], k[:, :, :4], v[:, :, :4], cache)]  # a 4-token prompt
+    for t in range(4, 9):  # then one token at a time
+        outs.append(
+            rotary_decode_step(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1], cache)
+        )
+    torch.testing.assert_close(torch.cat(outs, 2), _rope_full(q, k, v), rtol=1e-12, atol=1e-12)
+    k_cached, v_cached = cache.read()
+    torch.testing.assert_close(k_cached, apply_rotary(k), rtol=0, atol=1e-14)  # stored rotated
+    torch.testing.assert_close(v_cached, v, rtol=0, atol=0)  # values are never rotated
+
+
+def test_rotary_decode_step_with_the_wrong_start_position_differs():
+    from attnlib.kv_cache import rotary_decode_step
+
+    q, k, v = _rand(1, 2, 6, 8, seed=2), _rand(1, 2, 6, 8, seed=3), _rand(1, 2, 6, 4, seed=4)
+    cache = KVCache(batch=1, n_kv_heads=2, d_k=8, d_v=4, max_len=6, dtype=torch.float64)
+    rotary_decode_step(q[:, :, :3], k[:, :, :3], v[:, :, :3], cache)
+    wrong = rotary_decode_step(q[:, :, 3:4], k[:, :, 3:4], v[:, :, 3:4], cache, start=0)
+    right = _rope_full(q[:, :, :4], k[:, :, :4], v[:, :, :4])[:, :, 3:4]
+    assert (wrong - right).abs().max() > 1e-3
+    cache.truncate(3)
+    explicit = rotary_decode_step(q[:, :, 3:4], k[:, :, 3:4], v[:, :, 3:4], cache, start=3)
+    torch.testing.assert_close(explicit, right, rtol=1e-12, atol=1e-12)
+
+
+def test_rotary_decode_step_errors():
+    from attnlib.kv_cache import rotary_decode_step
+
+    cache = KVCache(batch=1, n_kv_heads=1, d_k=4, max_len=4, dtype=torch.float64)
+    q, k, v = _rand(1, 1, 2, 4), _rand(1, 1, 2, 4), _rand(1, 1, 2, 4)
+    with pytest.raises(TypeError, match="cache must be a KVCache"):
+        rotary_decode_step(q, k, v, None)
+    with pytest.raises(ValueError, match="same seq_new"):
+        rotary_decode_step(q, k[:, :, :1], v, cache)
+    with pytest.raises(ValueError, match="start must be >= 0"):
+        rotary_decode_step(q, k, v, cache, start=-1)
+    with pytest.raises(TypeError, match="start must be an int"):
+        rotary_decode_step(q, k, v, cache, start=1.0)
+    with pytest.raises(TypeError, match="q_new"):
+        rotary_decode_step(q.numpy(), k, v, cache)

@@ -147,7 +147,10 @@ def test_from_torch_copies_rather_than_shares():
 
 
 def test_from_torch_refuses_what_it_cannot_copy():
-    with pytest.raises(TypeError, match="expected nn.MultiheadAttention"):
+    with pytest.raises(
+        TypeError,
+        match="from_torch: mha must be a torch.nn.MultiheadAttention, got torch.nn.Linear",
+    ):
         MultiHeadAttention.from_torch(nn.Linear(4, 4))
     with pytest.raises(ValueError, match="kdim=6"):
         MultiHeadAttention.from_torch(nn.MultiheadAttention(8, 2, kdim=6, vdim=6))
@@ -295,8 +298,12 @@ def test_constructor_errors():
     [
         ("q2d", ValueError, r"query .*shape \(5, 12\).* must have 3 dims"),
         ("narrow_key", ValueError, r"key .*has width 8 but the module has d_model=12"),
-        ("seq_mismatch", ValueError, r"key of shape \(3, 7, 12\) and value of shape \(3, 6, 12\)"),
-        ("batch_mismatch", ValueError, "different batch sizes"),
+        (
+            "seq_mismatch",
+            ValueError,
+            r"key has seq_k=7 \(shape \(3, 7, 12\)\) but value has seq_k=6 \(shape \(3, 6, 12\)\)",
+        ),
+        ("batch_mismatch", ValueError, r"query has batch=2 .* but key has batch=3 .* batch sizes"),
         ("float64", TypeError, "dtype torch.float64 but the module's weights are torch.float32"),
         ("ints", TypeError, "floating-point"),
         ("list", TypeError, "query must be a torch.Tensor"),
@@ -368,5 +375,8 @@ def test_matches_torch_over_shapes(batch, seq_q, seq_k, n_heads, d_head):
 
 
 def test_fused_from_separate_refuses_other_modules():
-    with pytest.raises(TypeError, match="expected attnlib.MultiHeadAttention"):
+    with pytest.raises(
+        TypeError,
+        match="from_separate: mha must be an attnlib.MultiHeadAttention, got torch.nn.Multihead",
+    ):
         FusedQKVAttention.from_separate(nn.MultiheadAttention(8, 2))

@@ -30,7 +30,8 @@ LESSON_FILES = {
     "11": "11_blockwise.ipynb",
     "12": "12_positions.ipynb",
 }
-SLIDE_TYPES = {"slide", "subslide", "fragment", "-", "skip"}
+# "notes": speaker notes (reveal.js, key S), placed right after the slide they belong to.
+SLIDE_TYPES = {"slide", "subslide", "fragment", "-", "skip", "notes"}
 KERNEL = "key-vectors"
 
 PATHS = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))

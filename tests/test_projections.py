@@ -184,9 +184,9 @@ def test_linear_errors_name_argument_and_shapes():
 def test_project_errors_name_argument_and_shapes():
     x = np.zeros((5, 6))
     ok = np.zeros((6, 4))
-    with pytest.raises(ValueError, match=r"d_model=6.*W_k has 4 rows.*\(4, 6\)"):
+    with pytest.raises(ValueError, match=r"x has d_model=6.*W_k has d_model=4 \(shape \(4, 6\)\)"):
         project(x, ok, np.zeros((4, 6)), np.zeros((6, 3)))
-    with pytest.raises(ValueError, match=r"W_q gives d_k=4.*W_k gives d_k=3"):
+    with pytest.raises(ValueError, match=r"W_q has d_k=4.*W_k has d_k=3"):
         project(x, ok, np.zeros((6, 3)), np.zeros((6, 3)))
     with pytest.raises(ValueError, match="x.*needs at least 2"):
         project(np.zeros(6), ok, ok, ok)

@@ -36,6 +36,7 @@ from attnlib.positions import (
 from attnlib.projections import QKVProjection
 from attnlib.tasks import corpus, lookup, scaling, syntax, two_heads
 from attnlib.timing import median_times
+from attnlib.torch_mha import unpack_mha
 from attnlib.training import torch_threads, train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -291,6 +292,14 @@ def test_the_mha_mask_shape_message_is_its_own():
         (lambda: blockwise_attend(*[np.zeros((2, 4))] * 2, [[0.0]]), "blockwise_attend: v must be"),
         (lambda: scaling.softmax_jacobian([0.5, 0.5]), "softmax_jacobian: p must be a numpy"),
         (
+            lambda: lookup.sample_lookup(1, seq_k=1, n_names=2, n_numbers=2, generator=0),
+            "sample_lookup: generator must be a numpy.random.Generator, got int",
+        ),
+        (
+            lambda: unpack_mha(MultiHeadAttention(2, 1)),
+            "unpack_mha: mha must be a torch.nn.MultiheadAttention, got attnlib.MultiHeadAttention",
+        ),
+        (
             lambda: scaling.row_stats([[0.0]], [[[0.0]]], 1.0, [[0.0]]),
             "row_stats: q must be a numpy",
         ),
@@ -377,6 +386,9 @@ def test_wrong_values_are_value_errors(call, pattern):
         (np.float64(1.0), "numpy.float64"),
         (torch.zeros(2), "torch.Tensor"),
         (1.5, "float"),
+        (torch.nn.Linear(1, 1), "torch.nn.Linear"),
+        (np.random.default_rng(0), "numpy.random.Generator"),
+        (MultiHeadAttention(2, 1), "attnlib.MultiHeadAttention"),
     ],
     ids=str,
 )

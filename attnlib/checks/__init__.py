@@ -131,7 +131,9 @@ def check(exercise: str, fn: Callable) -> None:
         )
     lines = [f"✘ {name}: {report.first_failure}"]
     if report.misconceptions:
-        lines.append("Probable mistakes:" if len(report.misconceptions) > 1 else "Probable mistake:")
+        lines.append(
+            "Probable mistakes:" if len(report.misconceptions) > 1 else "Probable mistake:"
+        )
         details = {f.id: f.detail for f in report.findings}
         for mid in report.misconceptions:
             measured = details.get(mid, "")

@@ -68,6 +68,7 @@ _isfinite = np.isfinite
 _absolute = np.absolute
 _bool = np.bool_
 _float64 = np.float64
+_finfo = np.finfo
 _catch_warnings = warnings.catch_warnings
 _simplefilter = warnings.simplefilter
 _type = type
@@ -314,6 +315,7 @@ class Outcome:
     value: Any
     raised: BaseException | None
     parts: list
+    eps: float = 2.220446049250313e-16  # the coarsest machine epsilon among float outputs
 
     @property
     def ok(self) -> bool:
@@ -351,15 +353,17 @@ class Learner:
         if _isinstance(out, _Raised):
             return Outcome(None, out.exc, [])
         parts = _flatten(out) if _type(out) in (tuple, list) else [out]
-        arrays = []
+        arrays, eps = [], 2.220446049250313e-16
         for part in parts:
             a = _to_array(part)
+            if a is not None and a.dtype.kind == "f":
+                eps = max(eps, float(_finfo(a.dtype).eps))
             if a is not None and a.dtype.kind in "iuf":
                 a = a.astype(_float64)
             elif a is not None and a.dtype.kind != "b":
                 a = None
             arrays.append(a)
-        return Outcome(out, None, arrays)
+        return Outcome(out, None, arrays, eps)
 
 
 def _inferred(ex: Exercise, fn: Callable) -> tuple[list[Finding], str]:
@@ -530,7 +534,9 @@ _ID = r"[A-Za-z0-9][A-Za-z0-9_.-]*"
 _PASS_RE = re.compile(r"^✔ (\w+): correct on all \d+ cases", re.M)
 _FAIL_RE = re.compile(r"^✘ (\w+): (.*)$", re.M)
 _DIAGNOSIS_RE = re.compile(rf"^Diagnosis for (\w+): ((?:{_ID})(?:, {_ID})*)\s*$", re.M)
-_HIDDEN_RE = re.compile(rf"^✘ (\w+): hidden tests failed.*\(probable mistake: ((?:{_ID})(?:, {_ID})*)\)", re.M)
+_HIDDEN_RE = re.compile(
+    rf"^✘ (\w+): hidden tests failed.*\(probable mistake: ((?:{_ID})(?:, {_ID})*)\)", re.M
+)
 
 
 def result_line(exercise: str, ids: Sequence[str]) -> str:

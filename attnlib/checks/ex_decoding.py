@@ -8,13 +8,26 @@
   keys by their positions, then attend.
 
 Inputs are numpy float64 arrays with non-square shapes (seq_q ≠ seq_k ≠ d_k ≠ d_v).
+
+Diagnosis by inference (see :mod:`attnlib.checks._core`):
+
+* ``decode_step``: which cache comes back (the old one, the new rows first, the right
+  concatenation), and which keys each new query sees — with all scores 0 and the values
+  an identity, each output row *is* the query's weights over cache and new keys;
+* ``online_softmax_update``: whether the running max is updated (and keeps the old max),
+  and the factor the old sum and the old numerator were multiplied by, compared with
+  exp(m_old - m_new);
+* ``rotary_attend``: whether the output blends the values or rotated values, and which
+  rotation of queries and keys (both, keys only, none; direction; pairing of dimensions;
+  frequencies) reproduces the weights.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from attnlib.checks._core import Case, Exercise, Misconception, register
+from attnlib.checks._core import Case, Exercise, Finding, Misconception, register
+from attnlib.checks.measure import close
 from attnlib.core import attend as _attend
 from attnlib.masks import causal_mask as _causal_mask
 
@@ -82,10 +95,17 @@ def _decode_reference(q_new, k_new, v_new, k_cache, v_cache):
     return out, k_all, v_all
 
 
-def _decode_variant(*, append=True, include_new=True, mask="bottom_right", raise_empty=False):
+def _decode_variant(
+    *, append=True, include_new=True, mask="bottom_right", raise_empty=False, order="cache-first"
+):
+    """A decoding step with the given choices; the defaults give the correct one."""
+
     def fn(q_new, k_new, v_new, k_cache, v_cache):
-        k_all = np.concatenate([k_cache, k_new], axis=-2)
-        v_all = np.concatenate([v_cache, v_new], axis=-2)
+        parts = ([k_cache, k_new], [v_cache, v_new])
+        if order == "new-first":
+            parts = ([k_new, k_cache], [v_new, v_cache])
+        k_all = np.concatenate(parts[0], axis=-2)
+        v_all = np.concatenate(parts[1], axis=-2)
         k_att, v_att = (k_all, v_all) if include_new else (k_cache, v_cache)
         if raise_empty and k_att.shape[-2] == 0:
             raise ValueError("zero-size array to reduction operation maximum")
@@ -97,6 +117,75 @@ def _decode_variant(*, append=True, include_new=True, mask="bottom_right", raise
     return fn
 
 
+def _infer_decode(learner) -> list[Finding]:
+    seq_past, seq_new, d_k = 4, 3, 5
+    d_v = seq_past + seq_new
+    rng = np.random.default_rng(10)
+    eye = np.eye(d_v)  # values: key j carries e_j, so an output row is the weights
+    q_new = np.zeros((seq_new, d_k))  # every score 0: weights uniform over what is seen
+    k_cache, k_new = rng.standard_normal((seq_past, d_k)), rng.standard_normal((seq_new, d_k))
+    v_cache, v_new = eye[:seq_past], eye[seq_past:]
+    o = learner(q_new, k_new, v_new, k_cache, v_cache)
+    if not o.ok or o.arity != 3 or any(p is None for p in o.parts):
+        return []
+    out, k_all, v_all = o.parts
+    found = []
+    new_first = False
+    for name, got, cache, new in (("k", k_all, k_cache, k_new), ("v", v_all, v_cache, v_new)):
+        if got.shape == cache.shape and close(got, cache):
+            found.append(
+                Finding(
+                    "cache-not-appended",
+                    f"the {name}_all you return is the old cache, shape {cache.shape}: the "
+                    f"{seq_new} new rows were not added.",
+                )
+            )
+        elif close(got, np.concatenate([new, cache])):
+            new_first = True
+            found.append(
+                Finding(
+                    "cache-wrong-order",
+                    f"the {name}_all you return has the {seq_new} new rows first and the "
+                    f"{seq_past} cached rows after them.",
+                )
+            )
+    if new_first or out.shape != (seq_new, d_v) or not np.isfinite(out).all():
+        return found
+    seen = out > 1e-12
+    if not seen.any(axis=-1).all():
+        return found  # a query that sees nothing is no attention pattern we know
+    uniform = [np.full(int(r.sum()), 1 / max(int(r.sum()), 1)) for r in seen]
+    if not all(close(out[i][seen[i]], uniform[i]) for i in range(seq_new)):
+        return found
+    expect = np.arange(d_v)[None, :] <= seq_past + np.arange(seq_new)[:, None]
+    sets = [np.flatnonzero(r).tolist() for r in seen]
+    if np.array_equal(seen, np.tril(np.ones((seq_new, d_v), dtype=bool))):
+        found.append(
+            Finding(
+                "mask-blocks-past",
+                f"with {seq_past} cached keys, new query i sees keys 0..i only ({sets}); it "
+                f"sits at position {seq_past} + i.",
+            )
+        )
+    elif not seen[:, seq_past:].any():
+        found.append(
+            Finding(
+                "new-key-not-included",
+                f"with {seq_past} cached keys and {seq_new} new ones, the new queries see "
+                f"keys {sets} only (positions 0..{seq_past - 1} are the cache).",
+            )
+        )
+    elif seen.all() and not expect.all():
+        found.append(
+            Finding(
+                "no-causal-mask-in-chunk",
+                f"each of {seq_new} new queries sees all {d_v} keys, including the new tokens "
+                "after it.",
+            )
+        )
+    return found
+
+
 register(
     Exercise(
         name="decode_step",
@@ -104,6 +193,18 @@ register(
         reference=_decode_reference,
         make_cases=_decode_cases,
         make_hidden_cases=_decode_hidden_cases,
+        infer=_infer_decode,
+        build=_decode_variant,
+        exclusive=(
+            # attending to the cache only: the new keys' mask cannot be seen
+            frozenset({"new-key-not-included", "mask-blocks-past"}),
+            frozenset({"new-key-not-included", "no-causal-mask-in-chunk"}),
+            # keys in the wrong order: which positions a query sees is not the question
+            frozenset({"cache-wrong-order", "new-key-not-included"}),
+            frozenset({"cache-wrong-order", "mask-blocks-past"}),
+            frozenset({"cache-wrong-order", "no-causal-mask-in-chunk"}),
+            frozenset({"cache-wrong-order", "cache-not-appended"}),
+        ),
         misconceptions=(
             Misconception(
                 "cache-not-appended",
@@ -111,6 +212,15 @@ register(
                 "this step but not stored, so the next step will have forgotten this token. "
                 "Return the concatenation of the cache and the new rows (along axis -2).",
                 (_decode_variant(append=False),),
+                {"append": False},
+            ),
+            Misconception(
+                "cache-wrong-order",
+                "The new rows are put in front of the cache. Positions grow with time: the "
+                "cache holds positions 0..seq_past-1 and the new tokens come after them — "
+                "np.concatenate([k_cache, k_new], axis=-2).",
+                (_decode_variant(order="new-first"),),
+                {"order": "new-first"},
             ),
             Misconception(
                 "new-key-not-included",
@@ -121,6 +231,7 @@ register(
                     _decode_variant(include_new=False),
                     _decode_variant(include_new=False, raise_empty=True),
                 ),
+                {"include_new": False},
             ),
             Misconception(
                 "mask-blocks-past",
@@ -129,12 +240,14 @@ register(
                 "sits at position seq_past + i and sees keys 0..seq_past + i — "
                 "causal_mask(seq_new, seq_k, align='bottom_right').",
                 (_decode_variant(mask="top_left"),),
+                {"mask": "top_left"},
             ),
             Misconception(
                 "no-causal-mask-in-chunk",
                 "With several new tokens at once, each must not see the new tokens after it. "
                 "One new token may see everything; a chunk needs the bottom-right causal mask.",
                 (_decode_variant(mask=None),),
+                {"mask": None},
             ),
         ),
     )
@@ -161,6 +274,11 @@ def _online_cases(seed: int = 1111) -> list[Case]:
     masked = n((seq_q, bk))
     masked[0, 2:] = -np.inf  # some keys blocked (a causal tile)
     big_m = np.array([[900.0], [950.0], [1000.0]])
+    # a causal tile where query 1 may not see any key yet: after the first block its row is
+    # still empty (m = -inf, l = 0, acc = 0) and must stay so, with no NaN
+    m0, l0, acc0 = start()
+    empty = n((seq_q, bk))
+    empty[1] = -np.inf
     return [
         Case("first block (m = -inf, l = 0, acc = 0)", (*start(), n((seq_q, bk)), n((bk, d_v)))),
         Case(
@@ -185,14 +303,30 @@ def _online_cases(seed: int = 1111) -> list[Case]:
             "large scores (around 1000)",
             (big_m, l_prev, acc_prev, 1000.0 + 10 * n((seq_q, bk)), n((bk, d_v))),
         ),
+        Case(
+            "first block, query 1 fully masked so far (m = -inf and every score -inf)",
+            (m0, l0, acc0, empty, n((bk, d_v))),
+        ),
     ]
 
 
-def _online_variant(*, rescale_sum=True, rescale_acc=True, update_max=True, sign=1.0):
+def _online_variant(
+    *, rescale_sum=True, rescale_acc=True, update_max=True, sign=1.0, guard_empty=True
+):
+    """The running-softmax update with the given choices; the defaults give the right one.
+
+    ``update_max``: True, False (m kept) or "block" (the block's max alone, the old max
+    forgotten); ``sign=-1`` turns the rescaling factor upside down; ``guard_empty=False``
+    subtracts a max of -inf in a row that has seen only masked keys.
+    """
+
     def fn(m, l, acc, s_block, v_block):
-        m_new = np.maximum(m, s_block.max(axis=-1, keepdims=True)) if update_max else m
+        if update_max == "block":
+            m_new = s_block.max(axis=-1, keepdims=True)
+        else:
+            m_new = np.maximum(m, s_block.max(axis=-1, keepdims=True)) if update_max else m
         with np.errstate(all="ignore"):
-            m_safe = np.where(np.isfinite(m_new), m_new, 0.0)
+            m_safe = np.where(np.isfinite(m_new), m_new, 0.0) if guard_empty else m_new
             alpha = np.exp(sign * (m - m_safe))
             p = np.exp(s_block - m_safe)
             l_new = (l * alpha if rescale_sum else l) + p.sum(axis=-1, keepdims=True)
@@ -200,6 +334,104 @@ def _online_variant(*, rescale_sum=True, rescale_acc=True, update_max=True, sign
         return m_new, l_new, acc_new
 
     return fn
+
+
+def _online_probe(raise_max: bool):
+    rng = np.random.default_rng(11 if raise_max else 12)
+    n = rng.standard_normal
+    m = np.array([[0.5], [1.0], [-0.2]])
+    l = np.array([[2.0], [1.5], [3.1]])
+    acc = n((3, 4))
+    s = (3.0 + n((3, 5))) if raise_max else (n((3, 5)) - 8.0)
+    return m, l, acc, s, n((5, 4))
+
+
+def _factor(new, old, fresh):
+    """The factor f with new = f * old + fresh, fitted per row; None if none fits."""
+    d, o = new - fresh, np.broadcast_to(old, new.shape)
+    den = np.maximum((o * o).sum(axis=-1, keepdims=True), 1e-300)
+    f = (d * o).sum(axis=-1, keepdims=True) / den
+    return f if close(f * o, d, rel=1e-6, abs_=1e-9) else None
+
+
+def _infer_online(learner) -> list[Finding]:
+    found = []
+    probes = {}
+    for raise_max in (True, False):
+        args = _online_probe(raise_max)
+        o = learner(*(a.copy() for a in args))
+        if not o.ok or o.arity != 3 or any(x is None for x in o.parts):
+            return []
+        probes[raise_max] = (args, o.parts)
+    (m, l, acc, s, v), (m_new, l_new, acc_new) = probes[True]
+    block_max = s.max(axis=-1, keepdims=True)
+    if m_new.shape != m.shape:
+        return []
+    # A first block in which row 1 has seen only masked keys.
+    rng = np.random.default_rng(13)
+    s0 = rng.standard_normal((3, 5))
+    s0[1] = -np.inf
+    o0 = learner(np.full((3, 1), -np.inf), np.zeros((3, 1)), np.zeros((3, 4)), s0, v.copy())
+    if o0.ok and o0.arity == 3 and all(x is not None for x in o0.parts):
+        rows_ok = [all(np.isfinite(x[i]).all() for x in o0.parts[1:]) for i in range(3)]
+        if rows_ok == [True, False, True]:  # (NaN everywhere would be another mistake)
+            found.append(
+                Finding(
+                    "masked-row-nan",
+                    "on a first block where row 1 has only masked scores (all -inf, with "
+                    "m = -inf), that row's l or acc comes out NaN.",
+                )
+            )
+    if close(m_new, m) and not close(m, block_max):
+        found.append(
+            Finding(
+                "max-not-updated",
+                f"a block whose largest scores ({np.round(block_max[:, 0], 2).tolist()}) are "
+                f"above the running max ({m[:, 0].tolist()}) leaves m unchanged.",
+            )
+        )
+        return found
+    (m2, _, _, s2, _), (m2_new, _, _) = probes[False]
+    if m2_new.shape == m2.shape and close(m2_new, s2.max(axis=-1, keepdims=True)):
+        found.append(
+            Finding(
+                "max-ignores-previous",
+                f"a block whose scores are all below the running max ({m2[:, 0].tolist()}) "
+                f"lowers m to the block's own max ({np.round(m2_new[:, 0], 2).tolist()}).",
+            )
+        )
+    if not close(m_new, np.maximum(m, block_max)):
+        return found
+    alpha = np.exp(m - m_new)  # (seq_q, 1), < 1 here: the max rose
+    p = np.exp(s - m_new)
+    for name, new, old, fresh, mid in (
+        ("l", l_new, l, p.sum(axis=-1, keepdims=True), "sum-not-rescaled"),
+        ("acc", acc_new, acc, p @ v, "acc-not-rescaled"),
+    ):
+        if new.shape != fresh.shape:
+            continue
+        f = _factor(new, old, fresh)
+        if f is None:
+            continue
+        shown = np.round(f[:, 0], 4).tolist()
+        if close(f, np.ones_like(f), rel=1e-6):
+            found.append(
+                Finding(
+                    mid,
+                    f"when the max rises the old {name} is carried over unchanged (factor "
+                    f"{shown}); exp(m_old - m_new) = {np.round(alpha[:, 0], 4).tolist()}.",
+                )
+            )
+        elif close(f, 1 / alpha, rel=1e-6):
+            found.append(
+                Finding(
+                    "rescale-inverted",
+                    f"when the max rises the old {name} is multiplied by {shown} = "
+                    "exp(m_new - m_old), which is > 1; it should shrink by exp(m_old - m_new) "
+                    f"= {np.round(alpha[:, 0], 4).tolist()}.",
+                )
+            )
+    return found
 
 
 def _online_reference(m, l, acc, s_block, v_block):
@@ -218,6 +450,17 @@ register(
         rtol=1e-7,
         atol=1e-9,
         forbidden=("attnlib.blockwise.online_softmax_update",),
+        infer=_infer_online,
+        build=_online_variant,
+        exclusive=(
+            # m never changes: there is nothing to rescale by
+            frozenset({"max-not-updated", "sum-not-rescaled"}),
+            frozenset({"max-not-updated", "acc-not-rescaled"}),
+            frozenset({"max-not-updated", "rescale-inverted"}),
+            # both already make every row of a first block NaN (l = 0 times inf)
+            frozenset({"max-not-updated", "masked-row-nan"}),
+            frozenset({"rescale-inverted", "masked-row-nan"}),
+        ),
         misconceptions=(
             Misconception(
                 "sum-not-rescaled",
@@ -225,12 +468,14 @@ register(
                 "exp(score - m_new). When the max rises, multiply the old sum by "
                 "exp(m_old - m_new) before adding the block's sum.",
                 (_online_variant(rescale_sum=False),),
+                {"rescale_sum": False},
             ),
             Misconception(
                 "acc-not-rescaled",
                 "The running numerator acc is not rescaled when the max rises: multiply it "
                 "by exp(m_old - m_new), exactly like the running sum.",
                 (_online_variant(rescale_acc=False),),
+                {"rescale_acc": False},
             ),
             Misconception(
                 "max-not-updated",
@@ -238,12 +483,30 @@ register(
                 "can overflow (and is inf on the first block, where m = -inf). Take "
                 "m_new = maximum(m, max of the block) and use m_new in the exponentials.",
                 (_online_variant(update_max=False),),
+                {"update_max": False},
+            ),
+            Misconception(
+                "max-ignores-previous",
+                "The new max is the block's max alone. The running max is the largest score "
+                "seen so far, in this block *or before*: m_new = np.maximum(m, block max).",
+                (_online_variant(update_max="block"),),
+                {"update_max": "block"},
             ),
             Misconception(
                 "rescale-inverted",
                 "The rescaling factor is upside down: it must be exp(m_old - m_new) <= 1, "
                 "shrinking what was summed against the smaller old max.",
                 (_online_variant(sign=-1.0),),
+                {"sign": -1.0},
+            ),
+            Misconception(
+                "masked-row-nan",
+                "A row that has seen only masked keys so far (m = -inf and every score of "
+                "the block -inf) turns into NaN: exp(-inf - (-inf)) is exp(nan). Such a row "
+                "must stay empty: m_new = -inf, l_new = 0, acc_new = 0. Subtract a safe "
+                "maximum — 0 where m_new is -inf — in both exponentials.",
+                (_online_variant(guard_empty=False),),
+                {"guard_empty": False},
             ),
         ),
     )
@@ -302,16 +565,103 @@ def _rotary_reference(q, k, v, positions):
     return _attend(apply_rotary(q, positions), apply_rotary(k, positions), v)
 
 
-def _rotary_variant(*, rotate_q=True, rotate_v=False, **kw):
+def _rotary_variant(*, rotate_q=True, rotate_k=True, rotate_v=False, **kw):
+    """Rotary attention with the given choices (and ``_rotate``'s keywords); the defaults
+    give the correct function."""
+
     def fn(q, k, v, positions):
         q_r = _rotate(q, positions, **kw) if rotate_q else q
-        k_r = _rotate(k, positions, **kw)
+        k_r = _rotate(k, positions, **kw) if rotate_k else k
         v_r = _rotate(v, positions, **kw) if rotate_v and v.shape[-1] % 2 == 0 else v
         if rotate_v and v.shape[-1] % 2:
             raise ValueError("cannot rotate values with an odd d_v")
         return _attend(q_r, k_r, v_r)
 
     return fn
+
+
+# The rotations a learner may have written: direction, pairing, frequencies.
+_ROTATIONS = [
+    {"sign": sign, "pairing": pairing, "freq_step": step}
+    for sign in (1.0, -1.0)
+    for pairing in ("interleaved", "half")
+    for step in (2, 1)
+]
+
+
+def _infer_rotary(learner) -> list[Finding]:
+    rng = np.random.default_rng(12)
+    positions = np.array([3, 0, 7, 2, 11])
+    q, k, v = (rng.standard_normal((5, d)) for d in (8, 8, 6))
+    o = learner(q, k, v, positions.copy())
+    if not o.ok or o.arity != 2 or any(x is None for x in o.parts):
+        return []
+    out, w = o.parts
+    if w.shape != (5, 5) or out.shape != (5, 6):
+        return []
+    found = []
+    match = None
+    for sides in ("both", "k", "none"):
+        for rot in _ROTATIONS if sides != "none" else [{}]:
+            qr = _rotate(q, positions, **rot) if sides == "both" else q
+            kr = _rotate(k, positions, **rot) if sides != "none" else k
+            if close(w, _attend(qr, kr, v)[1], rel=1e-6, abs_=1e-9):
+                match = (sides, rot)
+                break
+        if match:
+            break
+    if match is not None:
+        sides, rot = match
+        if sides == "none":
+            found.append(
+                Finding(
+                    "no-rotation",
+                    "your weights are those of plain attention on q and k: shifting the "
+                    "positions changes nothing, because nothing was rotated.",
+                )
+            )
+        if sides == "k":
+            found.append(
+                Finding(
+                    "only-keys-rotated",
+                    "your weights are reproduced by rotating the keys alone, the queries "
+                    "left as they are.",
+                )
+            )
+        if rot.get("sign") == -1.0:
+            found.append(
+                Finding(
+                    "angle-sign",
+                    "your weights are reproduced by rotating by -angle: x0·cos + x1·sin, "
+                    "-x0·sin + x1·cos.",
+                )
+            )
+        if rot.get("pairing") == "half":
+            found.append(
+                Finding(
+                    "wrong-pairing",
+                    "your weights are reproduced by pairing dimension i with i + d_k/2 "
+                    "(rotate-half) instead of 2i with 2i + 1.",
+                )
+            )
+        if rot.get("freq_step") == 1:
+            found.append(
+                Finding(
+                    "wrong-frequencies",
+                    "your weights are reproduced with angles position · 10000^(-i/d_k) "
+                    "instead of 10000^(-2i/d_k).",
+                )
+            )
+    if not close(out, w @ v, rel=1e-6, abs_=1e-9):
+        rots = [match[1]] if match and match[1] else _ROTATIONS
+        if any(close(out, w @ _rotate(v, positions, **r), rel=1e-6, abs_=1e-9) for r in rots):
+            found.append(
+                Finding(
+                    "rotates-values",
+                    "the output is the weights times *rotated* values, not weights @ v.",
+                )
+            )
+    return found
 
 
 register(
@@ -331,18 +681,31 @@ register(
             ]
         ),
         forbidden=("attnlib.positions.apply_rotary",),
+        infer=_infer_rotary,
+        build=_rotary_variant,
+        exclusive=(
+            # nothing rotated: no direction, pairing or frequency to get wrong
+            frozenset({"no-rotation", "angle-sign"}),
+            frozenset({"no-rotation", "wrong-pairing"}),
+            frozenset({"no-rotation", "wrong-frequencies"}),
+        ),
         misconceptions=(
             Misconception(
                 "rotates-values",
                 "The values are rotated too. Rotation carries position into the *comparison* "
                 "of queries and keys; values are what gets handed over, and stay as they are.",
                 (_rotary_variant(rotate_v=True),),
+                {"rotate_v": True},
             ),
             Misconception(
                 "wrong-pairing",
-                "The dimensions are paired first-half-with-second-half. In this course plane i "
-                "is dimensions (2i, 2i+1): x[..., 0::2] and x[..., 1::2].",
+                "You used the rotate-half layout: plane i is dimensions (i, i + d_k/2), as in "
+                "GPT-NeoX and the Llama code of Hugging Face transformers. That is valid RoPE "
+                "(the same rotations with the dimensions permuted), but this exercise asks for "
+                "the interleaved layout of the RoFormer paper: plane i is dimensions (2i, 2i+1), "
+                "x[..., 0::2] and x[..., 1::2].",
                 (_rotary_variant(pairing="half"),),
+                {"pairing": "half"},
             ),
             Misconception(
                 "angle-sign",
@@ -350,18 +713,29 @@ register(
                 "-x0·sin + x1·cos). Use x0·cos - x1·sin for the first coordinate and "
                 "x0·sin + x1·cos for the second.",
                 (_rotary_variant(sign=-1.0),),
+                {"sign": -1.0},
             ),
             Misconception(
                 "wrong-frequencies",
                 "Plane i turns at the wrong speed. Its angle is position · 10000^(-2i/d_k), "
                 "i = 0 .. d_k/2 - 1.",
                 (_rotary_variant(freq_step=1),),
+                {"freq_step": 1},
             ),
             Misconception(
                 "only-keys-rotated",
                 "Only the keys are rotated. The score then depends on each key's absolute "
                 "position; rotating both queries and keys is what leaves only the offset.",
                 (_rotary_variant(rotate_q=False),),
+                {"rotate_q": False},
+            ),
+            Misconception(
+                "no-rotation",
+                "Neither queries nor keys are rotated, so the scores do not depend on the "
+                "positions at all. Rotate both q and k by their positions before comparing "
+                "them.",
+                (_rotary_variant(rotate_q=False, rotate_k=False),),
+                {"rotate_q": False, "rotate_k": False},
             ),
         ),
     )

@@ -7,13 +7,21 @@ Inputs are numpy float64 arrays. The first case has batch, seq, n_heads and d_he
 different, so a reshape that lands on the right shape by accident still puts the numbers
 in the wrong places and is caught by value; the others vary the sizes (down to
 d_head = 1). Results are compared exactly: a reshape moves numbers, it never changes them.
+
+Diagnosis by inference: the probe input is ``arange``, so every output number says which
+input number it is. The inference reads off where each one went: which input axis each
+output axis carries (batch, seq, head, position within a head), whether a head owns a
+contiguous block of features or every n_heads-th one, or whether the numbers were only
+re-read in memory order (a reshape without a transpose).
 """
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
-from attnlib.checks._core import Case, Exercise, Misconception, register
+from attnlib.checks._core import Case, Exercise, Finding, Misconception, register
 
 # The references are written here, apart from attnlib.heads.split_heads / merge_heads (which
 # learners must not call); tests/test_ex_heads.py proves the two equal.
@@ -71,6 +79,98 @@ def _split_wrong_permute(x, n_heads):
     return x.transpose(2, 0, 1, 3)  # (n_heads, batch, seq, d_head)
 
 
+_AXES = ("batch", "n_heads", "seq", "d_head")  # the order split_heads must produce
+
+
+def _split_build(*, method="transpose", layout="contiguous", order=(0, 2, 1, 3)):
+    """split_heads with the given choices; the defaults give the correct function.
+
+    The features are cut into (n_heads, d_head) blocks (``layout="contiguous"``) or dealt
+    out every n_heads-th (``"interleaved"``); the logical axes (batch, seq, n_heads,
+    d_head) are then put in ``order`` ("bshd", "hbsd" or a permutation).
+    ``method="reshape"`` reshapes straight to (batch, n_heads, seq, d_head).
+    """
+    perm = {"bshd": (0, 1, 2, 3), "hbsd": (2, 0, 1, 3)}.get(order, order)
+
+    def fn(x, n_heads):
+        batch, seq, d_model = x.shape
+        d_head = d_model // n_heads
+        if method == "reshape":
+            return x.reshape(batch, n_heads, seq, d_head)
+        if layout == "contiguous":
+            y = x.reshape(batch, seq, n_heads, d_head)
+        else:
+            y = np.swapaxes(x.reshape(batch, seq, d_head, n_heads), -1, -2)
+        return y.transpose(perm)
+
+    return fn
+
+
+def _infer_split(learner) -> list[Finding]:
+    batch, seq, n_heads, d_head = 2, 5, 3, 4
+    x = np.arange(batch * seq * n_heads * d_head, dtype=np.float64).reshape(batch, seq, -1)
+    o = learner(x.copy(), n_heads)
+    y = o.array(0) if o.ok and o.arity == 1 else None
+    if y is None or y.dtype == bool or y.size != x.size:
+        return []
+    logical = {  # (batch, seq, n_heads, d_head) under each feature layout
+        "contiguous": x.reshape(batch, seq, n_heads, d_head),
+        "interleaved": np.swapaxes(x.reshape(batch, seq, d_head, n_heads), -1, -2),
+    }
+    names = ("batch", "seq", "n_heads", "d_head")
+    for layout, base in logical.items():
+        for perm in itertools.permutations(range(4)):
+            cand = base.transpose(perm)
+            if cand.shape != y.shape or not np.array_equal(cand, y):
+                continue
+            found = []
+            if layout == "interleaved":
+                found.append(
+                    Finding(
+                        "heads-interleaved-features",
+                        f"with d_model = {n_heads * d_head} and n_heads = {n_heads}, head 0 "
+                        f"holds features {list(range(0, n_heads * d_head, n_heads))}: every "
+                        f"{n_heads}-th one, not the block 0..{d_head - 1}.",
+                    )
+                )
+            got = tuple(names[i] for i in perm)
+            shown = f"({', '.join(got)})"
+            if got == ("batch", "seq", "n_heads", "d_head"):
+                found.append(
+                    Finding(
+                        "heads-axis-not-moved",
+                        f"the result's axes are {shown}, shape {y.shape}.",
+                    )
+                )
+            elif got == ("n_heads", "batch", "seq", "d_head"):
+                found.append(
+                    Finding(
+                        "heads-axis-first",
+                        f"the result's axes are {shown}, shape {y.shape}.",
+                    )
+                )
+            elif got != _AXES:
+                found.append(
+                    Finding(
+                        "heads-axes-order",
+                        f"the result's axes are {shown}, shape {y.shape}; expected "
+                        f"({', '.join(_AXES)}).",
+                    )
+                )
+            return found
+    if y.shape == (batch, n_heads, seq, d_head) and np.array_equal(y.reshape(-1), x.reshape(-1)):
+        return [
+            Finding(
+                "heads-reshape-without-transpose",
+                f"the shape is right, {y.shape}, but the numbers are in the input's memory "
+                f"order: 'head' 0 holds positions 0..{seq - 1}'s features mixed "
+                f"(its first row is {y[0, 0, 0].astype(int).tolist()}, the features "
+                f"0..{d_head - 1} of position 0; its second row {y[0, 0, 1].astype(int).tolist()}).",
+            )
+        ]
+    return []
+
+
 register(
     Exercise(
         name="split_heads",
@@ -79,6 +179,15 @@ register(
         make_cases=_split_cases,
         exact=True,
         forbidden=("attnlib.heads.split_heads",),
+        infer=_infer_split,
+        build=_split_build,
+        exclusive=(
+            # re-read in memory order: there are no axes or feature blocks to speak of
+            frozenset({"heads-reshape-without-transpose", "heads-interleaved-features"}),
+            frozenset({"heads-reshape-without-transpose", "heads-axis-not-moved"}),
+            frozenset({"heads-reshape-without-transpose", "heads-axis-first"}),
+            frozenset({"heads-reshape-without-transpose", "heads-axes-order"}),
+        ),
         misconceptions=(
             Misconception(
                 "heads-reshape-without-transpose",
@@ -87,6 +196,7 @@ register(
                 "positions. Split the feature axis first, (batch, seq, n_heads, d_head), then "
                 "move the head axis forward with swapaxes(1, 2).",
                 (_split_no_transpose,),
+                {"method": "reshape"},
             ),
             Misconception(
                 "heads-interleaved-features",
@@ -94,6 +204,7 @@ register(
                 "Head h owns the contiguous block of features h*d_head .. (h+1)*d_head - 1: "
                 "reshape to (batch, seq, n_heads, d_head).",
                 (_split_interleaved,),
+                {"layout": "interleaved"},
             ),
             Misconception(
                 "heads-axis-not-moved",
@@ -101,12 +212,22 @@ register(
                 "the position axis so that attention runs over positions for each head. Add "
                 ".swapaxes(1, 2).",
                 (_split_head_axis_last_but_one,),
+                {"order": "bshd"},
             ),
             Misconception(
                 "heads-axis-first",
                 "The head axis was moved in front of the batch axis. The shape is (batch, "
                 "n_heads, seq, d_head): swap axes 1 and 2 only.",
                 (_split_wrong_permute,),
+                {"order": "hbsd"},
+            ),
+            Misconception(
+                "heads-axes-order",
+                "The axes come out in another order. The result is (batch, n_heads, seq, "
+                "d_head): reshape to (batch, seq, n_heads, d_head), then swap axes 1 and 2 — "
+                "and only those.",
+                (_split_build(order=(0, 2, 3, 1)),),
+                {"order": (0, 2, 3, 1)},
             ),
         ),
     )
@@ -139,6 +260,57 @@ def _merge_interleaved(x):
     return x.transpose(0, 2, 3, 1).reshape(batch, seq, n_heads * d_head)
 
 
+def _merge_build(*, perm=(0, 2, 1, 3)):
+    """merge_heads as x.transpose(perm).reshape(batch, seq, d_model); (0, 2, 1, 3) is right."""
+
+    def fn(x):
+        batch, n_heads, seq, d_head = x.shape
+        return x.transpose(perm).reshape(batch, seq, n_heads * d_head)
+
+    return fn
+
+
+def _infer_merge(learner) -> list[Finding]:
+    batch, n_heads, seq, d_head = 2, 3, 5, 4
+    x = np.arange(batch * n_heads * seq * d_head, dtype=np.float64).reshape(
+        batch, n_heads, seq, d_head
+    )
+    o = learner(x.copy())
+    y = o.array(0) if o.ok and o.arity == 1 else None
+    if y is None or y.dtype == bool or y.shape != (batch, seq, n_heads * d_head):
+        return []
+    names = ("batch", "n_heads", "seq", "d_head")
+    for perm in itertools.permutations(range(4)):
+        if not np.array_equal(x.transpose(perm).reshape(y.shape), y):
+            continue
+        read = f"({', '.join(names[i] for i in perm)})"
+        if perm == (0, 1, 2, 3):
+            return [
+                Finding(
+                    "merge-wrong-order",
+                    f"your output is x.reshape{y.shape} read straight from (batch, n_heads, "
+                    f"seq, d_head): output position 0 holds {y[0, 0, :d_head].astype(int).tolist()}"
+                    f"... — numbers of head 0 at several positions.",
+                )
+            ]
+        if perm == (0, 2, 3, 1):
+            return [
+                Finding(
+                    "merge-heads-interleaved",
+                    f"the features come out in the order {read}: feature f of every head, "
+                    "then feature f + 1.",
+                )
+            ]
+        return [
+            Finding(
+                "merge-axes-order",
+                f"your output reads the input in the axis order {read}; expected "
+                "(batch, seq, n_heads, d_head) before the reshape.",
+            )
+        ]
+    return []
+
+
 register(
     Exercise(
         name="merge_heads",
@@ -147,6 +319,8 @@ register(
         make_cases=_merge_cases,
         exact=True,
         forbidden=("attnlib.heads.merge_heads",),
+        infer=_infer_merge,
+        build=_merge_build,
         misconceptions=(
             Misconception(
                 "merge-wrong-order",
@@ -155,6 +329,7 @@ register(
                 "pieces of several positions. Move the head axis back first: "
                 "x.swapaxes(1, 2).reshape(batch, seq, n_heads * d_head).",
                 (_merge_no_transpose,),
+                {"perm": (0, 1, 2, 3)},
             ),
             Misconception(
                 "merge-heads-interleaved",
@@ -162,6 +337,15 @@ register(
                 "Put each head's d_head features side by side as one block: swap axes 1 and "
                 "2, then reshape.",
                 (_merge_interleaved,),
+                {"perm": (0, 2, 3, 1)},
+            ),
+            Misconception(
+                "merge-axes-order",
+                "The axes are moved into another order before the reshape. Only the head "
+                "axis moves: x.swapaxes(1, 2) gives (batch, seq, n_heads, d_head), then "
+                "reshape to (batch, seq, n_heads * d_head).",
+                (_merge_build(perm=(0, 3, 2, 1)),),
+                {"perm": (0, 3, 2, 1)},
             ),
         ),
     )

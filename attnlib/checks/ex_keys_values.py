@@ -8,10 +8,11 @@
   out_proj_bias, n_heads, batch_first) -> (out, weights)`` — ``nn.MultiheadAttention``
   recomputed from its unpacked parameters (torch, float64).
 
-* ``kv_prediction() -> bool array (5,)`` — lesson 05's "predict, run, then check": before
-  training, the learner marks five statements (:data:`STATEMENTS`) true or false. The
-  lesson measures each one and asserts that the measurements agree with :data:`TRUTH`, so
-  the check compares the prediction with what was measured.
+* ``kv_prediction() -> bool array (8,)`` — lesson 05's "predict, then check": before any
+  head is trained, the learner marks eight statements (:data:`STATEMENTS`) true or false.
+  Four graded parts (:data:`PARTS`, two statements each, one point each) check them through
+  :func:`answers`; ``kv_prediction`` checks all eight. The lesson measures every statement
+  and asserts that the measurements agree with :data:`TRUTH`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ import torch
 from torch import nn
 
 from attnlib.backprop import attention_backward as _attention_backward
-from attnlib.checks._core import Case, Exercise, Misconception, register
+from attnlib.checks._core import Case, Exercise, Finding, Misconception, register
+from attnlib.checks.measure import close, fmt
 from attnlib.tasks.lookup import lookup_batch as _lookup_batch
 
 # ----------------------------------------------------------------------------------------
@@ -182,7 +184,11 @@ def _backward_hidden_cases() -> list[Case]:
 
 
 def _bw_variant(*, correction=True, corr_axis=-1, scale=True, dk_t=True, dv_t=True):
-    """The backward pass with one step changed; the defaults give the correct function."""
+    """The backward pass with one step changed; the defaults give the correct function.
+
+    ``correction``: True (the full softmax Jacobian), False (its diagonal only), or "col"
+    (the row sum Σ A·dA taken over queries — the same as ``corr_axis=-2``).
+    """
 
     def fn(q, k, v, d_out):
         T = lambda x: np.swapaxes(x, -1, -2)  # noqa: E731
@@ -191,13 +197,106 @@ def _bw_variant(*, correction=True, corr_axis=-1, scale=True, dk_t=True, dv_t=Tr
         A = e / e.sum(axis=-1, keepdims=True)
         dv = (T(A) if dv_t else A) @ d_out
         dA = d_out @ T(v)
-        dS = A * (dA - (A * dA).sum(axis=corr_axis, keepdims=True)) if correction else A * dA
+        axis = -2 if correction == "col" else corr_axis
+        dS = A * (dA - (A * dA).sum(axis=axis, keepdims=True)) if correction else A * dA
         c = 1 / math.sqrt(q.shape[-1]) if scale else 1.0
         dq = dS @ k * c
         dk = (T(dS) if dk_t else dS) @ q * c
         return dq, dk, dv
 
     return fn
+
+
+def _fit_scaled(D, J):
+    """(gamma, ok): D = gamma * J?"""
+    den = float((J * J).sum())
+    if den <= 1e-300:
+        return 0.0, False
+    g = float((D * J).sum()) / den
+    return g, abs(g) > 1e-9 and close(g * J, D, rel=1e-6, abs_=1e-10)
+
+
+def _infer_backward(learner) -> list[Finding]:
+    """Recover what the learner multiplied by, from dv = ? @ d_out, dq = ? @ k, dk = ? @ q.
+
+    Square scores (seq_q = seq_k = 3) so that missing transposes run; d_k = 5 and d_v = 4
+    are wider, so k, q and d_out have full row rank and the factors are unique.
+    """
+    rng = np.random.default_rng(66)
+    seq, d_k, d_v = 3, 5, 4
+    q, k = rng.standard_normal((seq, d_k)), rng.standard_normal((seq, d_k))
+    v, d_out = rng.standard_normal((seq, d_v)), rng.standard_normal((seq, d_v))
+    o = learner(q, k, v, d_out)
+    if not o.ok or o.arity != 3 or any(x is None for x in o.parts):
+        return []
+    dq, dk, dv = o.parts
+    if dq.shape != q.shape or dk.shape != k.shape or dv.shape != v.shape:
+        return []
+    c = 1 / math.sqrt(d_k)
+    s = q @ k.T * c
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    A = e / e.sum(axis=-1, keepdims=True)
+    found = []
+    Y = dv @ np.linalg.pinv(d_out)  # dv = Y @ d_out: Y should be Aᵀ
+    if close(Y, A, rel=1e-6, abs_=1e-10) and not close(Y, A.T, rel=1e-6, abs_=1e-10):
+        found.append(
+            Finding(
+                "dv-not-transposed",
+                "with seq_q = seq_k = 3 your dv equals A @ d_out (rows of A, one per query), "
+                "not Aᵀ @ d_out.",
+            )
+        )
+    dA = d_out @ v.T
+    structures = (
+        ("full", A * (dA - (A * dA).sum(axis=-1, keepdims=True))),
+        ("diag", A * dA),
+        ("col", A * (dA - (A * dA).sum(axis=-2, keepdims=True))),
+    )
+    D = dq @ np.linalg.pinv(k)  # dq = D @ k: D should be dS / √d_k
+    X = dk @ np.linalg.pinv(q)  # dk = X @ q: X should be dSᵀ / √d_k
+    for name, J in structures:
+        g_q, ok_q = _fit_scaled(D, J)
+        g_kt, ok_kt = _fit_scaled(X, J.T)
+        g_kn, ok_kn = _fit_scaled(X, J)
+        if not (ok_q or ok_kt or ok_kn):
+            continue
+        if name == "diag":
+            found.append(
+                Finding(
+                    "softmax-jacobian-diagonal-only",
+                    "your dq and dk are reproduced by dS = A ⊙ dA, without subtracting the "
+                    "row's Σ A·dA.",
+                )
+            )
+        elif name == "col":
+            found.append(
+                Finding(
+                    "softmax-jacobian-wrong-axis",
+                    "your dq and dk are reproduced by a correction Σ A·dA summed over the "
+                    "queries (axis -2).",
+                )
+            )
+        if ok_kn and not ok_kt:
+            found.append(
+                Finding(
+                    "dk-not-transposed",
+                    "with seq_q = seq_k = 3 your dk equals dS @ q · scale, not dSᵀ @ q · scale.",
+                )
+            )
+        unscaled = [
+            grad for grad, g, ok in (("dq", g_q, ok_q), ("dk", g_kt, ok_kt), ("dk", g_kn, ok_kn))
+            if ok and abs(g - 1.0) < 1e-6
+        ]
+        if unscaled:
+            found.append(
+                Finding(
+                    "backward-scale-missing",
+                    f"your {' and '.join(dict.fromkeys(unscaled))} come out as dS @ k (dSᵀ @ "
+                    f"q) times 1, not times 1/√d_k = {fmt(c)} (d_k = {d_k}).",
+                )
+            )
+        break
+    return found
 
 
 register(
@@ -211,6 +310,8 @@ register(
         rtol=1e-6,
         atol=1e-9,
         forbidden=("attnlib.backprop.attention_backward", "attnlib.backprop.projection_grads"),
+        infer=_infer_backward,
+        build=_bw_variant,
         misconceptions=(
             Misconception(
                 "softmax-jacobian-diagonal-only",
@@ -218,18 +319,21 @@ register(
                 "a row depends on every score of that row (they share the denominator): "
                 "subtract the row's weighted mean, dS = A ⊙ (dA − Σ_j A·dA).",
                 (_bw_variant(correction=False),),
+                {"correction": False},
             ),
             Misconception(
                 "softmax-jacobian-wrong-axis",
                 "The correction Σ A·dA is summed over queries (axis=-2). The softmax runs "
                 "over the keys of one query row, so sum over axis=-1 with keepdims=True.",
                 (_bw_variant(corr_axis=-2),),
+                {"correction": "col"},
             ),
             Misconception(
                 "backward-scale-missing",
                 "dq and dk are missing the factor 1/√d_k. The forward pass multiplied the "
                 "scores by it, so the chain rule brings it back in both gradients.",
                 (_bw_variant(scale=False),),
+                {"scale": False},
             ),
             Misconception(
                 "dk-not-transposed",
@@ -237,12 +341,14 @@ register(
                 "seq_q == seq_k. Key j collects from every query i that scored it: "
                 "dk = dSᵀ @ q · scale, shape (..., seq_k, d_k).",
                 (_bw_variant(dk_t=False),),
+                {"dk_t": False},
             ),
             Misconception(
                 "dv-not-transposed",
                 "dv = A @ d_out; it only runs when seq_q == seq_k. Value j receives from "
                 "every query in proportion to its weight A[i, j]: dv = Aᵀ @ d_out.",
                 (_bw_variant(dv_t=False),),
+                {"dv_t": False},
             ),
         ),
     )
@@ -330,7 +436,7 @@ def _mha_variant(
             Ws, bs = list(W_in.reshape(3, d, d)), list(b_in.reshape(3, d))
         else:  # "interleaved": reshape (d, 3, d) takes every third row
             Ws, bs = list(W_in.reshape(d, 3, d).transpose(0, 1)), list(b_in.reshape(d, 3).T)
-        idx = {"qkv": (0, 1, 2), "kqv": (1, 0, 2)}[order]
+        idx = tuple("qkv".index(c) for c in order)  # order names the blocks' roles
         W_q, W_k, W_v = (Ws[i] for i in idx)
         b_q, b_k, b_v = (bs[i] for i in idx)
         if not batch_first and batch_first_respected:
@@ -362,6 +468,137 @@ def _mha_variant(
     return fn
 
 
+def _mha_probe(
+    batch_first: bool, seed: int, out_weight: float = 1.0, out_bias: float = 0.0, sizes=(2, 3, 4)
+):
+    g = torch.Generator().manual_seed(seed)
+
+    def r(*shape):
+        return torch.randn(*shape, generator=g, dtype=torch.float64)
+
+    (batch, seq_q, seq_k), d_model, n_heads = sizes, 6, 2
+    shape = (lambda seq: (batch, seq, d_model)) if batch_first else (lambda seq: (seq, batch, d_model))
+    query, key, value = r(*shape(seq_q)), r(*shape(seq_k)), r(*shape(seq_k))
+    w_in, b_in = r(3 * d_model, d_model) * d_model**-0.5, r(3 * d_model) * 0.5
+    w_out = torch.eye(d_model, dtype=torch.float64) * out_weight
+    b_out = torch.full((d_model,), out_bias, dtype=torch.float64)
+    return [query, key, value, w_in, b_in, w_out, b_out, n_heads, batch_first]
+
+
+def _mha_parts(o):
+    ok = o.ok and o.arity == 2 and all(x is not None for x in o.parts)
+    return o.parts if ok else None
+
+
+def _infer_mha(learner) -> list[Finding]:
+    args = _mha_probe(True, 1)
+    got = _mha_parts(learner(*args))
+    if got is None:
+        return []
+    out, w = got
+    found = []
+    batch, seq_q, seq_k, d_model, n_heads = 2, 3, 4, 6, 2
+    if out.shape != (batch, seq_q, d_model):
+        return []
+    if w.shape == (batch, n_heads, seq_q, seq_k):
+        found.append(
+            Finding(
+                "weights-not-averaged",
+                f"the weights come back with shape {w.shape} = (batch, n_heads, seq_q, seq_k).",
+            )
+        )
+    elif w.shape != (batch, seq_q, seq_k):
+        return []
+    # out_proj: the same inputs with out_proj_weight = 2·I and out_proj_bias = 1.
+    twice = _mha_parts(learner(*_mha_probe(True, 1, out_weight=2.0, out_bias=1.0)))
+    other = _mha_parts(learner(*_mha_probe(True, 3)))  # other inputs: out must depend on them
+    alive = other is not None and other[0].shape == out.shape and not close(other[0], out)
+    if alive and twice is not None and twice[0].shape == out.shape:
+        if close(twice[0], out, rel=1e-9, abs_=1e-12):
+            found.append(
+                Finding(
+                    "out-proj-missing",
+                    "changing out_proj_weight from I to 2·I and out_proj_bias from 0 to 1 "
+                    "leaves your output unchanged.",
+                )
+            )
+    # The in-projection and the heads: which choices reproduce out (out_proj = I here) and w.
+    torch_args = [a for a in args]
+    average = w.ndim == 3
+    for order in ("qkv", "kqv", "qvk", "vkq", "kvq", "vqk"):
+        for split in ("blocks", "interleaved"):
+            for heads in ("heads-then-dim", "dim-then-heads"):
+                for scale_by in ("head", "model"):
+                    fn = _mha_variant(
+                        order=order, split=split, heads=heads, scale_by=scale_by,
+                        out_proj=False, average=average,
+                    )  # fmt: skip
+                    with torch.no_grad():
+                        c_out, c_w = fn(*torch_args)
+                    if not (close(c_out.numpy(), out, 1e-7, 1e-10) and close(c_w.numpy(), w, 1e-7, 1e-10)):
+                        continue
+                    if order != "qkv":
+                        roles = ", ".join(order.upper())
+                        found.append(
+                            Finding(
+                                "in-proj-order",
+                                f"your result is reproduced by taking the three blocks of "
+                                f"in_proj_weight as ({roles}) instead of (Q, K, V).",
+                            )
+                        )
+                    if split == "interleaved":
+                        found.append(
+                            Finding(
+                                "in-proj-split-wrong-axis",
+                                "your result is reproduced by taking every third row of "
+                                "in_proj_weight for each projection.",
+                            )
+                        )
+                    if heads == "dim-then-heads":
+                        found.append(
+                            Finding(
+                                "heads-split-wrong-order",
+                                "your result is reproduced by splitting d_model as (d_head, "
+                                "n_heads): each head gets every n_heads-th feature.",
+                            )
+                        )
+                    if scale_by == "model":
+                        found.append(
+                            Finding(
+                                "scale-by-d-model",
+                                f"your result is reproduced by dividing the scores by "
+                                f"√d_model = √{d_model}, not √d_head = √{d_model // n_heads}.",
+                            )
+                        )
+                    break
+                else:
+                    continue
+                break
+            else:
+                continue
+            break
+        else:
+            continue
+        break
+    # batch_first=False: does batch element 1 leak into batch element 0? (seq_q = seq_k, so
+    # that attention along the wrong axis runs)
+    a = _mha_probe(False, 2, sizes=(3, 4, 4))
+    b = [x.clone() if isinstance(x, torch.Tensor) else x for x in a]
+    for t in b[:3]:
+        t[:, 1] += 1.0
+    oa, ob = _mha_parts(learner(*a)), _mha_parts(learner(*b))
+    if oa is not None and ob is not None and oa[0].shape == ob[0].shape == (4, 3, d_model):
+        if not close(oa[0][:, 0], ob[0][:, 0], rel=1e-9, abs_=1e-12):
+            found.append(
+                Finding(
+                    "batch-first-ignored",
+                    "with batch_first=False, changing batch element 1 changes the output of "
+                    "batch element 0: attention ran along the batch axis.",
+                )
+            )
+    return found
+
+
 register(
     Exercise(
         name="mha_by_hand",
@@ -378,12 +615,15 @@ register(
             "attnlib.torch_mha.unpack_mha",
             "torch.nn.functional.multi_head_attention_forward",
         ),
+        infer=_infer_mha,
+        build=_mha_variant,
         misconceptions=(
             Misconception(
                 "in-proj-order",
                 "in_proj_weight stacks the three matrices in the order Q, K, V (rows 0..d-1 "
                 "make queries, d..2d-1 keys, 2d..3d-1 values); here two of them are swapped.",
                 (_mha_variant(order="kqv"),),
+                {"order": "kqv"},
             ),
             Misconception(
                 "in-proj-split-wrong-axis",
@@ -391,12 +631,14 @@ register(
                 "reshape(d_model, 3, d_model) interleaves them (every third row); split along "
                 "dim 0 into three blocks: reshape(3, d_model, d_model) or .chunk(3, dim=0).",
                 (_mha_variant(split="interleaved"),),
+                {"split": "interleaved"},
             ),
             Misconception(
                 "out-proj-missing",
                 "After merging the heads the module applies out_proj: out = merged @ "
                 "out_proj_weightᵀ + out_proj_bias.",
                 (_mha_variant(out_proj=False),),
+                {"out_proj": False},
             ),
             Misconception(
                 "batch-first-ignored",
@@ -404,12 +646,14 @@ register(
                 "mixes the wrong axis. Transpose to (batch, seq, d_model) first and back at "
                 "the end.",
                 (_mha_variant(batch_first_respected=False),),
+                {"batch_first_respected": False},
             ),
             Misconception(
                 "scale-by-d-model",
                 "Scores are divided by √d_model. Each head compares vectors of width d_head = "
                 "d_model / n_heads, so divide by √d_head.",
                 (_mha_variant(scale_by="model"),),
+                {"scale_by": "model"},
             ),
             Misconception(
                 "heads-split-wrong-order",
@@ -417,6 +661,7 @@ register(
                 "(batch, seq, n_heads, d_head): each head owns a contiguous block of d_head "
                 "features.",
                 (_mha_variant(heads="dim-then-heads"),),
+                {"heads": "dim-then-heads"},
             ),
             Misconception(
                 "weights-not-averaged",
@@ -424,6 +669,7 @@ register(
                 "nn.MultiheadAttention returns them averaged over heads by default: "
                 "(batch, seq_q, seq_k).",
                 (_mha_variant(average=False),),
+                {"average": False},
             ),
         ),
     )
@@ -431,68 +677,161 @@ register(
 
 
 # ----------------------------------------------------------------------------------------
-# kv_prediction() -> five booleans: lesson 05's "predict, run, then check"
+# kv_prediction: lesson 05's "predict, then check" — eight statements in four graded parts
 # ----------------------------------------------------------------------------------------
 
-#: The statements the learner predicts (lesson 05 lists them in this order). Each is
-#: measured in the lesson, which asserts that the measurement agrees with ``TRUTH``.
+#: The statements the learner marks true or false before any head is trained (lesson 05
+#: lists them in this order). Each can be reasoned out from how the three heads are wired;
+#: each is measured in the lesson, which asserts that the measurement agrees with ``TRUTH``
+#: (and the truths hold for every training seed tried, 0-4).
 STATEMENTS = (
-    "1. separate K, V reaches at least 95 % accuracy within 150 steps",
-    "2. tied K = V reaches at least 95 % accuracy within 150 steps",
-    "3. tied K = V ends more than 15 points above the uniform control",
-    "4. in the tied head, a token's key changes with the number it carries",
-    "5. a tied head twice as wide (d_head = 6) reaches 95 % given 400 steps",
+    "1. the uniform control does better than chance (1/8)",
+    "2. given enough training, the uniform control could reach 95 % accuracy",
+    "3. the separate head (d_head = 3) reaches at least 95 % accuracy within 150 steps",
+    "4. changing the numbers of the tokens the query does not ask about changes more than "
+    "5 % of the separate head's answers",
+    "5. the tied head (d_head = 3) reaches at least 95 % accuracy within 150 steps",
+    "6. changing the numbers of the tokens the query does not ask about changes more than "
+    "5 % of the tied head's answers",
+    "7. in the tied head, the score a query gives a token depends on the token's number, "
+    "not only on its name",
+    "8. no tied head can reach 95 % accuracy, however wide it is",
 )
-TRUTH = (True, False, False, True, True)
+TRUTH = (True, False, True, False, False, True, True, False)
+
+#: The graded parts of the exercise: exercise name -> the statements it checks.
+PARTS = {
+    "kv_prediction_control": (1, 2),
+    "kv_prediction_separate": (3, 4),
+    "kv_prediction_tied": (5, 6),
+    "kv_prediction_width": (7, 8),
+}
+
+# statement -> (misconception id, explanation): the mistake of answering it the wrong way
+_WHY = {
+    1: (
+        "control-at-chance",
+        "Statement 1 is true. The control cannot select, but it still averages the six "
+        "values, so the read-out learns which numbers are in the book and can guess one of "
+        "them — the most frequent — instead of one of all eight.",
+    ),
+    2: (
+        "control-can-select",
+        "Statement 2 is false. With every key zero, every weight is 1/6 whatever the query "
+        "asks: the control gives the same answer to every query about a book. The best it "
+        "can ever do is the book's most frequent number, right about 37 % of the time.",
+    ),
+    3: (
+        "separate-fails",
+        "Statement 3 is true. With its own W_K the key can spend all three dimensions on "
+        "names and the value all three of its own on numbers; the separate head learns the "
+        "lookup in well under 150 steps.",
+    ),
+    4: (
+        "separate-reads-whole-book",
+        "Statement 4 is false. The trained separate head puts almost all of its weight on "
+        "the asked token, so the numbers of the other tokens barely reach the read-out: "
+        "changing them changes (almost) no answer.",
+    ),
+    5: (
+        "tied-only-slower",
+        "Statement 5 is false. Tying is not just fewer parameters: at d_head = 3 one vector "
+        "cannot both be matched on the name and carry the number, and the tied head stays "
+        "far below 95 %.",
+    ),
+    6: (
+        "tied-selects-anyway",
+        "Statement 6 is true. The tied head cannot pick out the asked token reliably, so its "
+        "output is a blend that includes the other tokens' values: change their numbers and "
+        "about half of its answers change.",
+    ),
+    7: (
+        "tied-key-ignores-content",
+        "Statement 7 is true. With k = v the key must carry the number (the value needs it), "
+        "so the number moves every score a query gives the token — that is what disturbs "
+        "the match.",
+    ),
+    8: (
+        "tying-is-impossible",
+        "Statement 8 is false. A wide tied head can keep names and numbers in different "
+        "directions of one vector; with d_head = 12 it learns the lookup about as fast as the "
+        "separate head with d_head = 3. Tying costs width (or many more steps), not the "
+        "ability.",
+    ),
+}
 
 
-def _flipped(i: int):
-    answer = [(not t) if j == i else t for j, t in enumerate(TRUTH)]
-    return lambda: np.array(answer)
+def answers(prediction):
+    """``answer(statement)`` from a learner's ``kv_prediction``: what the part checks call.
+
+    ``answer(s)`` is ``prediction()[s - 1 : s]``, the learner's answer to statement ``s``
+    as a one-element array (so a prediction that is not an array of booleans fails with a
+    message saying so).
+    """
+
+    def answer(statement):
+        return prediction()[statement - 1 : statement]
+
+    return answer
 
 
-register(
-    Exercise(
-        name="kv_prediction",
-        summary="kv_prediction() -> bool array (5,): statements 1-5 of lesson 05, true or false",
-        reference=lambda: np.array(TRUTH),
-        make_cases=lambda: [Case("statements 1-5 (entry i is statement i + 1)", ())],
-        exact=True,
-        misconceptions=(
-            Misconception(
-                "separate-fails",
-                "Statement 1 is true: with its own W_K the key spends all d_head dimensions on "
-                "names and the value all of its own on numbers; the separate head solves the "
-                "lookup within 150 steps.",
-                (_flipped(0),),
+def _answer_with(**flip):
+    """The correct ``answer(statement)`` with the statements in ``flip`` answered wrongly."""
+    wrong = {int(k.split("_")[1]) for k, v in flip.items() if v}
+
+    def answer(statement):
+        t = TRUTH[statement - 1]
+        return np.array([(not t) if statement in wrong else t])
+
+    return answer
+
+
+def _infer_prediction(statements):
+    def infer(learner) -> list[Finding]:
+        found = []
+        for s in statements:
+            o = learner(s)
+            a = o.array(0)
+            if o.arity != 1 or a is None or a.dtype != np.bool_ or a.shape != (1,):
+                return []  # not an answer at all: the failing case says what came back
+            if bool(a[0]) != TRUTH[s - 1]:
+                found.append(Finding(_WHY[s][0], f"you marked statement {s} {bool(a[0])}."))
+        return found
+
+    return infer
+
+
+def _register_prediction(name: str, statements: tuple[int, ...], summary: str) -> None:
+    register(
+        Exercise(
+            name=name,
+            summary=summary,
+            reference=_answer_with(),
+            make_cases=lambda: [Case(STATEMENTS[s - 1], (s,)) for s in statements],
+            exact=True,
+            infer=_infer_prediction(statements),
+            build=_answer_with,
+            misconceptions=tuple(
+                Misconception(
+                    _WHY[s][0],
+                    _WHY[s][1],
+                    (_answer_with(**{f"flip_{s}": True}),),
+                    settings={f"flip_{s}": True},
+                )
+                for s in statements
             ),
-            Misconception(
-                "tied-only-slower",
-                "Statement 2 is false: tying is not just fewer parameters. At d_head = 3 one "
-                "vector cannot both be matched on the name and carry the number, and the tied "
-                "head stays far below 95 %.",
-                (_flipped(1),),
-            ),
-            Misconception(
-                "tied-selects-anyway",
-                "Statement 3 is false: the tied head ends only a few points above the control "
-                "that cannot select at all — its keys are too disturbed by the numbers to pick "
-                "the asked token reliably.",
-                (_flipped(2),),
-            ),
-            Misconception(
-                "tied-key-ignores-content",
-                "Statement 4 is true: with k = v the key must carry the number (the value "
-                "needs it), so the number moves every score — that is what disturbs the match.",
-                (_flipped(3),),
-            ),
-            Misconception(
-                "tying-is-impossible",
-                "Statement 5 is true: with twice the width a tied head can keep names and "
-                "numbers in different directions of one vector; it just needs more room and "
-                "more steps than separate matrices.",
-                (_flipped(4),),
-            ),
-        ),
+        )
     )
+
+
+_register_prediction(
+    "kv_prediction",
+    tuple(range(1, len(STATEMENTS) + 1)),
+    "answers(kv_prediction): statements 1-8 of lesson 05, each true or false",
 )
+for _name, _statements in PARTS.items():
+    _register_prediction(
+        _name,
+        _statements,
+        f"answers(kv_prediction): statements {_statements[0]}-{_statements[-1]} of lesson 05",
+    )

@@ -775,9 +775,7 @@ def library_calls(exercise: str, fn: Callable) -> list[str]:
     core = _import(f"{_PACKAGE}.checks._core")
     if fn is core.get_exercise(exercise).reference:
         return []  # the oracle may call anything
-    refused = {
-        k: v for k, v in refused_calls(exercise, core).items() if v == LIBRARY_EQUIVALENT
-    }
+    refused = {k: v for k, v in refused_calls(exercise, core).items() if v == LIBRARY_EQUIVALENT}
     cases = [(c.args, c.kwargs) for c in core.get_exercise(exercise).cases()]
     return observe(fn, cases, _Watch(refused)).calls
 

@@ -42,11 +42,13 @@ from __future__ import annotations
 import argparse
 import ast
 import csv
+import fcntl
 import json
 import os
 import re
 import shutil
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -55,9 +57,12 @@ import nbformat
 from nbclient.exceptions import DeadKernelError
 from nbgrader.plugins import ExportPlugin
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
-from traitlets import Integer
+from traitlets import Integer, Unicode
 
+from attnlib.checks import grading
 from attnlib.course.lessons import course_root, lesson_paths
+from attnlib.course.sandbox import Limits, Sandbox, SandboxKernelManager
+from attnlib.course.sandbox import unavailable as sandbox_unavailable
 
 REPORT_NAME = "grading_report.json"
 SOURCE_DIR = Path("build") / "source"
@@ -65,8 +70,8 @@ SOURCE_DIR = Path("build") / "source"
 TIMEOUT_ENAME = "CellTimeoutError"
 DIED_ENAME = "KernelDied"
 RESTART_ENAME = "KernelRestarted"
-TAMPER_TAG = "[needs-review]"  # the same tags as attnlib.checks.grading
-REFERENCE_TAG = "[calls-reference]"
+TAMPER_TAG = grading.TAMPER_TAG  # in the hidden tests' messages
+REFERENCE_TAG = grading.REFERENCE_TAG
 
 _SNAPSHOT_CODE = "__import__('attnlib.checks.grading', fromlist=['_']).snapshot()"
 
@@ -82,22 +87,101 @@ def _error_output(ename: str, evalue: str) -> nbformat.NotebookNode:
     )
 
 
-class ResilientExecute(Execute):
-    """nbgrader's ``Execute``, recovering from a stuck or dead kernel.
+_HIDDEN_REGION = re.compile(
+    r"^[ \t]*### BEGIN HIDDEN TESTS[^\n]*\n(.*?)^[ \t]*### END HIDDEN TESTS[^\n]*(?:\n|$)",
+    re.S | re.M,
+)
+_HIDDEN_CALL = re.compile(r"""check_hidden\(\s*["'](\w+)["']""")
 
-    After a cell times out, a probe (``pass``) checks that the interrupt brought the
-    kernel back. If it did not, or if the kernel died, the kernel is restarted, the code
-    cells that completed before are run again (their new outputs discarded) and grading
-    continues with the next cell. If the replay itself fails, the submission fails as in
-    plain nbgrader (and the driver reports it as NOT GRADED).
+
+def split_hidden(source: str) -> tuple[str, str] | None:
+    """(the visible part, the hidden part) of a test cell; None if it has no hidden tests."""
+    regions = _HIDDEN_REGION.findall(source)
+    if not regions:
+        return None
+    return _HIDDEN_REGION.sub("", source), "\n".join(regions)
+
+
+class ResilientExecute(Execute):
+    """nbgrader's ``Execute``: each kernel in a sandbox, hidden tests judged by the grader.
+
+    * The kernel runs inside :mod:`attnlib.course.sandbox` (``sandbox = "bwrap"``), or,
+      when told ``sandbox = "none"`` (``--unsafe-no-sandbox``), as a plain local process.
+    * A test cell with hidden tests runs in two steps. Its visible part runs as the cell
+      (its outputs are what the learner sees in feedback). Only if that passed, the grader
+      writes the inputs of the exercises named in the hidden region to the exchange folder
+      and runs the hidden region as a separate, silent execution: nothing it prints reaches
+      the notebook. ``check_hidden`` in the kernel writes the learner's outputs; the grader
+      compares them with its own reference (:func:`attnlib.checks.grading.judge`) and adds
+      an error output to the cell when they are wrong, missing or unreadable — so the
+      cell's score is nbgrader's usual "no error = full points", decided outside the kernel.
+    * After a cell times out, a probe (``pass``) checks that the interrupt brought the kernel
+      back. If it did not, or if the kernel died, the kernel is restarted, the code cells
+      that completed before are run again (their new outputs discarded) and grading goes on.
+      If the replay itself fails, the submission fails as in plain nbgrader (and the driver
+      reports it as NOT GRADED).
     """
 
     probe_timeout = Integer(10, help="Seconds a probe may take after a timeout").tag(config=True)
+    sandbox = Unicode(
+        "bwrap", help="'bwrap': every kernel in a bubblewrap sandbox; 'none': unsafe"
+    ).tag(config=True)
+    sandbox_slot = Integer(0, help="Worker number (the kernel's uid is 64000 + slot)").tag(
+        config=True
+    )
+    kernel_threads = Integer(0, help="OMP/torch threads per kernel (0: the default)").tag(
+        config=True
+    )
+    memory_limit = Integer(Limits().memory_bytes, help="Address-space limit, bytes").tag(
+        config=True
+    )
+    cpu_limit = Integer(Limits().cpu_seconds, help="CPU seconds per kernel").tag(config=True)
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("kernel_manager_class", SandboxKernelManager)
+        super().__init__(*args, **kwargs)
 
     def preprocess(self, nb, resources=None, km=None):
         self._completed: list[int] = []
         self._started = False
-        return super().preprocess(nb, resources, km)
+        limits = Limits(memory_bytes=self.memory_limit, cpu_seconds=self.cpu_limit)
+        self._box = Sandbox(slot=self.sandbox_slot, limits=limits)
+        path = ((resources or {}).get("metadata") or {}).get("path")
+        try:
+            if self.sandbox == "bwrap":
+                self._box.fill_work(Path(path) if path else None)
+            return super().preprocess(nb, resources, km)
+        finally:
+            self._log_kernel_output()
+            self._box.cleanup()
+
+    def _log_kernel_output(self) -> None:
+        """Put the tail of the kernel process's own stdout/stderr into nbgrader's log."""
+        path = self._box.run / "kernel.log"
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            return
+        with os.fdopen(fd, "rb") as fh:
+            fh.seek(max(0, os.fstat(fh.fileno()).st_size - 4000))
+            text = fh.read().decode("utf-8", "replace").strip()
+        if text:
+            self.log.info("The kernel process wrote (outside any cell):\n%s", text)
+
+    def create_kernel_manager(self):
+        km = super().create_kernel_manager()
+        threads = self.kernel_threads or None
+        if self.sandbox == "bwrap":
+            if not isinstance(km, SandboxKernelManager):
+                raise RuntimeError("the sandbox needs SandboxKernelManager as kernel manager")
+            km.use(self._box, threads=threads)
+        else:  # unsafe: a plain local kernel that still finds the exchange folder
+            env = dict(km.kernel_spec.env or {})
+            env[grading.EXCHANGE_ENV] = str(self._box.exchange)
+            if threads:
+                env["OMP_NUM_THREADS"] = str(threads)
+            km.kernel_spec.env = env
+        return km
 
     def _run_quietly(self, source: str, index: int, timeout: int | None) -> nbformat.NotebookNode:
         cell = nbformat.v4.new_code_cell(source)
@@ -125,6 +209,7 @@ class ResilientExecute(Execute):
             index,
             len(self._completed),
         )
+        grading.clear_inputs(self._box.exchange)
         run_sync(self.km.restart_kernel)(now=True)
         run_sync(self.kc.wait_for_ready)(timeout=self.startup_timeout)
         self._run_quietly(_SNAPSHOT_CODE, index, self.startup_timeout)
@@ -132,6 +217,82 @@ class ResilientExecute(Execute):
             replay = self._run_quietly(self.nb.cells[i].source, i, self.timeout)
             if self._timed_out(replay):
                 raise RuntimeError(f"replaying cell {i} after a kernel restart timed out")
+
+    def _died(self, cell, index: int, during: str = "this cell") -> None:
+        self.log.error("The kernel died while running cell %d", index)
+        cell.outputs.append(
+            _error_output(
+                DIED_ENAME,
+                f"the kernel died while running {during} (os._exit, a crash or running out "
+                "of memory); it was restarted, the cells above were run again, and grading "
+                "went on. This cell scores 0.",
+            )
+        )
+        self._restart_and_replay(index)
+
+    def _after_timeout(self, cell, index: int) -> None:
+        probe = self._run_quietly("pass", index, self.probe_timeout)
+        if self._timed_out(probe):
+            self.log.error("Cell %d timed out and the kernel ignored the interrupt", index)
+            cell.outputs.append(
+                _error_output(
+                    RESTART_ENAME,
+                    "this cell ran past the time limit and ignored the interrupt; the kernel "
+                    "was restarted, the cells above were run again, and grading went on.",
+                )
+            )
+            self._restart_and_replay(index)
+
+    def _execute(self, cell, resources, index):
+        try:
+            cell, resources = super().preprocess_cell(cell, resources, index)
+        except DeadKernelError:
+            self._died(cell, index)
+            return cell, self.resources
+        if self._timed_out(cell):
+            self._after_timeout(cell, index)
+            return cell, self.resources
+        self._completed.append(index)
+        return cell, self.resources
+
+    def _hidden_tests(self, cell, hidden: str, index: int) -> None:
+        exchange = self._box.exchange
+        out = exchange / "out"
+        for child in list(out.iterdir()):  # nothing left over from an earlier run counts
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
+        exercises = list(dict.fromkeys(_HIDDEN_CALL.findall(hidden)))
+        problems = []
+        for name in list(exercises):
+            try:
+                grading.write_inputs(name, exchange)
+            except KeyError:
+                exercises.remove(name)
+                problems.append(f"✘ {name}: no exercise of that name is registered")
+        try:
+            run = self._run_quietly(hidden, index, self.timeout)
+        except DeadKernelError:
+            self._died(cell, index, during="the hidden tests")
+            return
+        finally:
+            grading.clear_inputs(exchange)
+        if self._timed_out(run):
+            cell.outputs.append(
+                _error_output(TIMEOUT_ENAME, "the hidden tests ran past the time limit")
+            )
+            self._after_timeout(cell, index)
+            return
+        errors = [o for o in run.outputs if o.get("output_type") == "error"]
+        if errors and not exercises:
+            problems.append(f"the hidden tests raised {errors[0].get('ename', 'an error')}")
+        for name in exercises:
+            verdict = grading.judge(name, exchange)
+            if not verdict.ok:
+                problems.append(verdict.message)
+        if problems:
+            cell.outputs.append(_error_output("AssertionError", "\n".join(problems)))
 
     def preprocess_cell(self, cell, resources, index):
         if cell.cell_type != "code":
@@ -141,34 +302,18 @@ class ResilientExecute(Execute):
             # imports numpy, torch and attnlib: may take longer than a cell's limit on a busy
             # machine, so it gets the kernel start-up allowance
             self._run_quietly(_SNAPSHOT_CODE, index, self.startup_timeout)
+        parts = split_hidden(cell.source) if _is_test_cell(cell) else None
+        if parts is None:
+            return self._execute(cell, resources, index)
+        visible, hidden = parts
+        full = cell.source
+        cell.source = visible
         try:
-            cell, resources = super().preprocess_cell(cell, resources, index)
-        except DeadKernelError:
-            self.log.error("The kernel died while running cell %d", index)
-            cell.outputs.append(
-                _error_output(
-                    DIED_ENAME,
-                    "the kernel died while running this cell (os._exit, a crash or running out "
-                    "of memory); it was restarted, the cells above were run again, and grading "
-                    "went on. This cell scores 0.",
-                )
-            )
-            self._restart_and_replay(index)
-            return cell, self.resources
-        if self._timed_out(cell):
-            probe = self._run_quietly("pass", index, self.probe_timeout)
-            if self._timed_out(probe):
-                self.log.error("Cell %d timed out and the kernel ignored the interrupt", index)
-                cell.outputs.append(
-                    _error_output(
-                        RESTART_ENAME,
-                        "this cell ran past the time limit and ignored the interrupt; the kernel "
-                        "was restarted, the cells above were run again, and grading went on.",
-                    )
-                )
-                self._restart_and_replay(index)
-            return cell, self.resources
-        self._completed.append(index)
+            cell, resources = self._execute(cell, resources, index)
+        finally:
+            cell.source = full
+        if not any(o.get("output_type") == "error" for o in cell.outputs):
+            self._hidden_tests(cell, hidden, index)
         return cell, self.resources
 
 
@@ -301,6 +446,13 @@ def release(course: Path, notebooks: Path, assignments: list[str] | None = None)
 # ----------------------------------------------------------------------------------------
 # Auditing a submission outside the kernel
 # ----------------------------------------------------------------------------------------
+#
+# The audit reads the notebook nbgrader graded (after it put locked cells back), trusts no
+# cell metadata, and looks at every code cell that is not, character for character, one of
+# the instructor's non-solution cells. It follows aliases (``c = attnlib.checks``,
+# ``import numpy as xp``, ``for m in (np, torch)``, a module passed to a function) and
+# reports what touches the testing machinery or the grading machine. It runs in the
+# grader; nothing in it depends on the kernel.
 
 _WATCHED_MODULES = {
     "np",
@@ -316,11 +468,14 @@ _WATCHED_MODULES = {
     "importlib",
     "nbgrader",
     "IPython",
+    "ipykernel",
     "os",
     "F",
     "nn",
     "testing",
+    "scipy",
 }
+# Calls that reach around the language (exec and friends) or rebind things by name.
 _SUSPICIOUS_CALLS = {
     "setattr",
     "delattr",
@@ -330,6 +485,9 @@ _SUSPICIOUS_CALLS = {
     "__import__",
     "globals",
     "vars",
+    "locals",
+    "breakpoint",
+    "get_ipython",
 }
 _SUSPICIOUS_ATTRS = {
     "settrace",
@@ -339,17 +497,136 @@ _SUSPICIOUS_ATTRS = {
     "f_back",
     "f_globals",
     "f_locals",
+    "f_builtins",
     "__builtins__",
     "__globals__",
     "__code__",
     "__dict__",
     "__class__",
+    "__setattr__",
+    "__delattr__",
+    "__subclasses__",
+    "__loader__",
+    "__spec__",
+    "CodeType",
+    "FunctionType",
     "_exit",
     "modules",
+    "meta_path",
+    "path_hooks",
+    "addaudithook",
     "_SNAPSHOT",
     "_REGISTRY",
+    # IPython's hooks: they run code around (or instead of) the later cells
+    "input_transformers_cleanup",
+    "input_transformers_post",
+    "ast_transformers",
+    "events",
+    "set_custom_exc",
+    "set_hook",
+    "register_magic_function",
+    "register_magics",
+    "displayhook",
+    "excepthook",
+    "user_ns",
+    "user_global_ns",
 }
-_SUSPICIOUS_IMPORTS = {"builtins", "ctypes", "gc", "importlib", "unittest", "inspect", "signal"}
+_SUSPICIOUS_IMPORTS = {
+    "builtins",
+    "ctypes",
+    "gc",
+    "importlib",
+    "unittest",
+    "inspect",
+    "signal",
+    "sqlite3",
+    "marshal",
+    "pickle",
+    "dill",
+    "threading",
+    "_thread",
+    "multiprocessing",
+    "concurrent",
+    "subprocess",
+    "socket",
+    "atexit",
+    "faulthandler",
+    "py_compile",
+    "compileall",
+    "IPython",
+    "ipykernel",
+    "nbgrader",
+    "nbformat",
+    "nbclient",
+    "jupyter_client",
+    "zmq",
+    "pty",
+    "resource",
+    "mmap",
+    "fcntl",
+    "code",
+    "codeop",
+    "shutil",
+    "tempfile",
+    "sysconfig",
+    "site",
+}
+# Files: what a solution never needs to do. Method names that are also common list/str
+# methods (replace, remove) count only on os/shutil/pathlib roots.
+_WRITE_ATTRS = {"write_text", "write_bytes", "symlink_to", "hardlink_to", "touch", "tofile"}
+_OS_CALLS = {
+    "system",
+    "popen",
+    "fork",
+    "forkpty",
+    "kill",
+    "killpg",
+    "putenv",
+    "unsetenv",
+    "remove",
+    "unlink",
+    "rename",
+    "renames",
+    "replace",
+    "rmdir",
+    "removedirs",
+    "chmod",
+    "chown",
+    "lchown",
+    "symlink",
+    "link",
+    "open",
+    "write",
+    "truncate",
+    "makedirs",
+    "mkdir",
+    "chdir",
+    "execv",
+    "execve",
+    "execvp",
+    "execl",
+    "spawnv",
+    "spawnl",
+    "posix_spawn",
+    "save",
+    "savez",
+    "savez_compressed",
+    "savetxt",
+}
+_SUSPICIOUS_STRINGS = (
+    "gradebook",
+    "__pycache__",
+    ".pyc",
+    "site-packages",
+    "autograded",
+    "submitted",
+    "/proc/",
+    "sqlite",
+    "KEY_VECTORS_GRADING",
+    "nbgrader",
+)
+# Magics a learner may use in a solution cell (IPython turns them into get_ipython() calls).
+_SAFE_MAGICS = {"time", "timeit", "matplotlib", "precision", "pprint", "who", "whos", "prun"}
 _LYING_DUNDERS = {
     "__eq__",
     "__ne__",
@@ -361,12 +638,14 @@ _LYING_DUNDERS = {
     "__bool__",
     "__getattr__",
     "__getattribute__",
+    "__instancecheck__",
+    "__subclasscheck__",
 }
 
 
 def _root_name(node) -> str | None:
-    while isinstance(node, (ast.Attribute, ast.Subscript)):
-        node = node.value
+    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
+        node = node.func if isinstance(node, ast.Call) else node.value
     return node.id if isinstance(node, ast.Name) else None
 
 
@@ -377,8 +656,7 @@ def _dotted(node) -> str:
         return "?"
 
 
-def audit_code(source: str, forbidden: set[str]) -> list[str]:
-    """Reasons to look at this learner code by hand (empty if nothing is suspicious)."""
+def _parse(source: str) -> ast.AST | None:
     try:
         from IPython.core.inputtransformer2 import TransformerManager
 
@@ -386,17 +664,145 @@ def audit_code(source: str, forbidden: set[str]) -> list[str]:
     except Exception:  # noqa: BLE001 - IPython missing or odd input: parse as it is
         pass
     try:
-        tree = ast.parse(source)
+        return ast.parse(source)
     except SyntaxError:
-        return []
-    modules = set(_WATCHED_MODULES)
-    for node in ast.walk(tree):  # aliases: import numpy as xp
-        if isinstance(node, ast.Import):
-            modules |= {(a.asname or a.name).split(".")[0] for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            if node.module.split(".")[0] in {"numpy", "torch", "attnlib"}:
-                modules |= {a.asname or a.name for a in node.names}
+        return None
+
+
+class _Aliases:
+    """Names that refer to the watched modules or to objects inside them."""
+
+    def __init__(self) -> None:
+        self.names = set(_WATCHED_MODULES)
+        self.attnlib = {"attnlib", "checks", "grading"}  # names rooted in attnlib
+
+    def refers(self, e) -> bool:
+        """Does evaluating ``e`` give (a part of) a watched object, not a computed value?"""
+        if isinstance(e, ast.Name):
+            return e.id in self.names
+        if isinstance(e, (ast.Attribute, ast.Subscript)):
+            return self.refers(e.value)
+        if isinstance(e, ast.Call):
+            f = e.func
+            if isinstance(f, ast.Name) and f.id in ("getattr", "__import__", "vars", "globals"):
+                return True
+            if isinstance(f, ast.Attribute) and f.attr in ("import_module", "get", "pop"):
+                return self.refers(f.value) or f.attr == "import_module"
+            return False
+        if isinstance(e, (ast.Tuple, ast.List, ast.Set)):
+            return any(self.refers(x) for x in e.elts)
+        if isinstance(e, ast.IfExp):
+            return self.refers(e.body) or self.refers(e.orelse)
+        if isinstance(e, ast.BoolOp):
+            return any(self.refers(x) for x in e.values)
+        if isinstance(e, ast.NamedExpr):
+            return self.refers(e.value)
+        return False
+
+    def _bind(self, target, value) -> bool:
+        """Mark the names ``target`` binds when ``value`` refers to a watched object."""
+        if not self.refers(value):
+            return False
+        new = False
+        in_attnlib = _root_name(value) in self.attnlib if not isinstance(value, ast.Call) else True
+        for node in ast.walk(target):
+            if isinstance(node, ast.Name) and node.id not in self.names:
+                self.names.add(node.id)
+                if in_attnlib:
+                    self.attnlib.add(node.id)
+                new = True
+        return new
+
+    def collect(self, trees: list[ast.AST]) -> None:
+        params: dict[str, list[str]] = {}
+        for tree in trees:
+            for node in ast.walk(tree):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                    name = getattr(node, "name", None)
+                    if name:
+                        a = node.args
+                        params[name] = [x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
+        changed = True
+        while changed:  # to a fixpoint: aliases of aliases, in any cell order
+            changed = False
+            for tree in trees:
+                for node in ast.walk(tree):
+                    if isinstance(node, ast.Import):
+                        for a in node.names:
+                            name = a.asname or a.name.split(".")[0]
+                            if name not in self.names and (
+                                a.name.split(".")[0] in _WATCHED_MODULES
+                                or a.name.split(".")[0] in _SUSPICIOUS_IMPORTS
+                            ):
+                                self.names.add(name)
+                                changed = True
+                                if a.name.startswith("attnlib"):
+                                    self.attnlib.add(name)
+                    elif isinstance(node, ast.ImportFrom) and node.module:
+                        top = node.module.split(".")[0]
+                        if top in {"numpy", "torch", "attnlib", "scipy"} | _SUSPICIOUS_IMPORTS:
+                            for a in node.names:
+                                name = a.asname or a.name
+                                if name not in self.names:
+                                    self.names.add(name)
+                                    changed = True
+                                if top == "attnlib":
+                                    self.attnlib.add(name)
+                    elif isinstance(node, ast.Assign):
+                        for t in node.targets:
+                            changed |= self._bind(t, node.value)
+                    elif isinstance(node, (ast.AnnAssign, ast.NamedExpr)) and node.value:
+                        changed |= self._bind(node.target, node.value)
+                    elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+                        changed |= self._bind(node.target, node.iter)
+                    elif isinstance(node, (ast.With, ast.AsyncWith)):
+                        for item in node.items:
+                            if item.optional_vars is not None:
+                                changed |= self._bind(item.optional_vars, item.context_expr)
+                    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                        names = params.get(node.func.id, [])
+                        for i, arg in enumerate(node.args):
+                            if i < len(names):
+                                changed |= self._bind(ast.Name(names[i]), arg)
+                        for kw in node.keywords:
+                            if kw.arg in names:
+                                changed |= self._bind(ast.Name(kw.arg), kw.value)
+
+
+def _write_mode(call: ast.Call) -> bool:
+    mode = call.args[1] if len(call.args) > 1 else None
+    for kw in call.keywords:
+        if kw.arg == "mode":
+            mode = kw.value
+    if mode is None:
+        return False
+    if isinstance(mode, ast.Constant) and isinstance(mode.value, str):
+        return any(ch in mode.value for ch in "wax+")
+    return True  # a computed mode: say so
+
+
+def _safe_magic_receivers(tree) -> set[int]:
+    """ids of the get_ipython() calls that only run an allowed magic (%timeit ...)."""
+    safe = set()
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("run_line_magic", "run_cell_magic")
+            and isinstance(node.func.value, ast.Call)
+            and isinstance(node.func.value.func, ast.Name)
+            and node.func.value.func.id == "get_ipython"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and node.args[0].value in _SAFE_MAGICS
+        ):
+            safe.add(id(node.func.value))
+    return safe
+
+
+def _audit_tree(tree, forbidden: set[str], aliases: _Aliases) -> list[str]:
     reasons: list[str] = []
+    safe = _safe_magic_receivers(tree)
     for node in ast.walk(tree):
         targets = []
         if isinstance(node, ast.Assign):
@@ -406,18 +812,37 @@ def audit_code(source: str, forbidden: set[str]) -> list[str]:
         elif isinstance(node, ast.Delete):
             targets = node.targets
         for t in targets:
-            if isinstance(t, (ast.Attribute, ast.Subscript)) and _root_name(t) in modules:
-                reasons.append(f"assigns to {_dotted(t)}")
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-            if node.func.id in _SUSPICIOUS_CALLS:
-                reasons.append(f"calls {node.func.id}()")
+            for sub in ast.walk(t) if isinstance(t, (ast.Tuple, ast.List)) else [t]:
+                if isinstance(sub, (ast.Attribute, ast.Subscript)) and aliases.refers(sub.value):
+                    reasons.append(f"assigns to {_dotted(sub)}")
+        if isinstance(node, ast.Call):
+            f = node.func
+            if isinstance(f, ast.Name):
+                if f.id in _SUSPICIOUS_CALLS and not (f.id == "get_ipython" and id(node) in safe):
+                    reasons.append(f"calls {f.id}()")
+                if f.id == "open" and _write_mode(node):
+                    reasons.append("opens a file for writing")
+            elif isinstance(f, ast.Attribute):
+                root = _root_name(f.value)
+                if f.attr in _WRITE_ATTRS:
+                    reasons.append(f"writes files ({_dotted(f)})")
+                elif root in aliases.names and f.attr in _OS_CALLS and root not in ("np", "torch"):
+                    reasons.append(f"calls {_dotted(f)}()")
+                elif root in ("np", "numpy", "torch") and f.attr in ("save", "savez", "savetxt"):
+                    reasons.append(f"writes files ({_dotted(f)})")
+                elif f.attr in ("open",) and _write_mode(node):
+                    reasons.append(f"opens a file for writing ({_dotted(f)})")
         if isinstance(node, ast.Attribute):
             if node.attr in _SUSPICIOUS_ATTRS:
                 reasons.append(f"uses {_dotted(node)}")
-            if node.attr in forbidden and _root_name(node) in modules:
+            if node.attr in forbidden and _root_name(node) in aliases.attnlib:
                 reasons.append(f"uses {_dotted(node)} (a course reference)")
         if isinstance(node, ast.Name) and node.id == "__builtins__":
             reasons.append("uses __builtins__")
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            hits = [s for s in _SUSPICIOUS_STRINGS if s in node.value]
+            if hits:
+                reasons.append(f"names {hits[0]!r} in a string")
         if isinstance(node, ast.ImportFrom) and node.module:
             if node.module.split(".")[0] == "attnlib":
                 used = [a.name for a in node.names if a.name in forbidden or a.name == "*"]
@@ -438,56 +863,109 @@ def audit_code(source: str, forbidden: set[str]) -> list[str]:
     return list(dict.fromkeys(reasons))
 
 
+def audit_cells(
+    sources: list[str], forbidden: set[str], context: list[str] = ()
+) -> list[list[str]]:
+    """Reasons to look at each of these cells by hand (aliases followed across all of them).
+
+    ``context`` holds the notebook's other code cells: searched for aliases, not reported.
+    """
+    trees = [_parse(s) for s in sources]
+    aliases = _Aliases()
+    aliases.collect([t for t in trees if t is not None] + [t for t in map(_parse, context) if t])
+    return [[] if t is None else _audit_tree(t, forbidden, aliases) for t in trees]
+
+
+def audit_code(source: str, forbidden: set[str]) -> list[str]:
+    """Reasons to look at this learner code by hand (empty if nothing is suspicious)."""
+    return audit_cells([source], forbidden)[0]
+
+
 _CHECK_CALL = re.compile(r"""checks\.check(?:_hidden)?\(\s*["'](\w+)["']""")
 
 
 def _forbidden_names(exercises: set[str] | None = None) -> set[str]:
-    """Last names of the references the given exercises (default: all) forbid calling."""
+    """Last names of the course references the given exercises (default: all) refuse."""
     from attnlib import checks
 
     known = set(checks.exercises())
     names = set()
     for name in sorted(known if not exercises else exercises & known):
-        names |= {d.rsplit(".", 1)[1] for d in checks.get_exercise(name).forbidden}
+        names |= {
+            d.rsplit(".", 1)[1]
+            for d in checks.get_exercise(name).forbidden
+            if d.startswith("attnlib.")
+        }
     return names
 
 
-def audit_notebook(submitted: Path, released: Path | None) -> list[str]:
-    """Audit the cells of a submitted notebook that the learner wrote or changed."""
+def audit_notebook(graded: Path, source: Path | None) -> list[str]:
+    """Audit the notebook nbgrader graded against the instructor's version of the lesson.
+
+    Every code cell that is not exactly one of the instructor's non-solution cells is
+    read — whatever its metadata says (a solution cell re-marked as locked is still read).
+    """
     try:
-        nb = nbformat.read(submitted, as_version=4)
+        nb = nbformat.read(graded, as_version=4)
     except Exception as err:  # noqa: BLE001
         return [f"the submitted notebook cannot be read: {err}"]
-    unchanged = set()
+    fixed: set[str] = set()
     exercises: set[str] = set()
-    if released is not None and released.exists():
-        rel = nbformat.read(released, as_version=4)
-        unchanged = {
+    if source is not None and Path(source).exists():
+        src = nbformat.read(source, as_version=4)
+        fixed = {
             c.source
-            for c in rel.cells
+            for c in src.cells
             if c.cell_type == "code"
             and not c.get("metadata", {}).get("nbgrader", {}).get("solution")
         }
-        for c in rel.cells:  # the exercises this lesson checks
+        for c in src.cells:  # the exercises this lesson checks
             exercises |= set(_CHECK_CALL.findall(c.source))
-    forbidden = _forbidden_names(exercises)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    audited = [c for c in code if c.source not in fixed]
+    context = [c.source for c in code if c.source in fixed]
+    found = audit_cells([c.source for c in audited], _forbidden_names(exercises), context)
     reasons = []
-    for cell in nb.cells:
-        if cell.cell_type != "code":
-            continue
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        if meta.get("locked") and not meta.get("solution"):
-            continue  # nbgrader restores locked cells from the gradebook
-        if not meta.get("solution") and cell.source in unchanged:
-            continue
-        where = meta.get("grade_id", "an added or changed cell")
-        reasons += [f"{where}: {r}" for r in audit_code(cell.source, forbidden)]
+    for cell, why in zip(audited, found, strict=True):
+        where = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") or "a learner cell"
+        reasons += [f"{where}: {r}" for r in why]
     return reasons
+
+
+_CHANGED = re.compile(
+    r"Attribute '(\w+)' for cell (\S+) has changed! \(should be: (.*?), got: (.*?)\)"
+)
+_UNKNOWN_CELL = re.compile(r"Cell '([^']*)' does not exist in the database")
+_MISSING_CELL = re.compile(r"Missing grade cell (\S+) encountered")
+
+
+def log_findings(log: str) -> tuple[list[str], list[str]]:
+    """(reasons to review, plain notes) from nbgrader's autograde log of one submission.
+
+    nbgrader puts back what a submission changed in a cell's nbgrader metadata and says so
+    in its log; a change of ``locked``, ``cell_type`` or ``points`` is a deliberate edit of
+    the JSON. (The "checksum has changed" line appears for every cell with hidden tests.)
+    """
+    review, notes = [], []
+    for attr, cell, should, got in _CHANGED.findall(log):
+        if attr != "checksum":
+            review.append(
+                f"{cell}: the submitted notebook changed this cell's {attr} "
+                f"(should be {should}, was {got}); nbgrader put it back"
+            )
+    for cell in _UNKNOWN_CELL.findall(log):
+        review.append(f"a cell claims the grade_id {cell!r}, which this lesson does not have")
+    for cell in _MISSING_CELL.findall(log):
+        notes.append(f"{cell}: missing from the submission; put back and graded")
+    return list(dict.fromkeys(review)), list(dict.fromkeys(notes))
 
 
 # ----------------------------------------------------------------------------------------
 # Autograding
 # ----------------------------------------------------------------------------------------
+
+SANDBOXED = "bubblewrap"
+UNSAFE = "NONE (--unsafe-no-sandbox)"
 
 
 @dataclass
@@ -496,12 +974,14 @@ class Outcome:
 
     assignment: str
     student: str
-    status: str = "graded"  # graded | graded with problems | NOT GRADED
+    status: str = "graded"  # graded | graded with problems | FLAGGED | NOT GRADED
     score: float | None = None
     max_score: float | None = None
     needs_review: bool = False
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    sandbox: str = SANDBOXED
+    auto_score: float | None = None  # nbgrader's number, kept for staff when FLAGGED
 
 
 def _scan_autograded(path: Path, outcome: Outcome) -> None:
@@ -520,12 +1000,22 @@ def _scan_autograded(path: Path, outcome: Outcome) -> None:
                 outcome.notes.append(f"{where}: the kernel died (restarted, rest graded)")
             elif ename == RESTART_ENAME:
                 outcome.notes.append(f"{where}: stuck after the timeout (restarted, rest graded)")
-            if TAMPER_TAG in evalue:
-                outcome.needs_review = True
-                outcome.notes.append(f"{where}: hidden test found tampering: {evalue[:1200]}")
-            elif REFERENCE_TAG in evalue or "calls the course's reference" in evalue:
-                outcome.needs_review = True
-                outcome.notes.append(f"{where}: calls the course reference")
+            for line in evalue.splitlines():
+                if TAMPER_TAG in line:
+                    outcome.needs_review = True
+                    outcome.notes.append(f"{where}: hidden test found tampering: {line[:1200]}")
+                elif (
+                    REFERENCE_TAG in line
+                    or "calls the course's reference" in line
+                    or grading.LIBRARY_EQUIVALENT in line
+                ):
+                    outcome.needs_review = True
+                    what = (
+                        "a library equivalent"
+                        if "library function" in line
+                        else "the course reference"
+                    )
+                    outcome.notes.append(f"{where}: calls {what}: {line[:600]}")
 
 
 def _scores(course: Path, cfg, assignment: str, student: str) -> tuple[float | None, float | None]:
@@ -561,6 +1051,162 @@ def find_submissions(submitted: Path) -> list[tuple[str, str]]:
     return pairs
 
 
+class _GradebookLock:
+    """One writer at a time on gradebook.db across the grading workers (a file lock).
+
+    Installed into nbgrader's ``Gradebook`` (held from opening a gradebook to closing it;
+    nbgrader's preprocessors open it only around their reads and writes, never while a
+    kernel runs), so SQLite never sees two writers.
+    """
+
+    def __init__(self, path: Path):
+        self.path, self.fd, self.depth = Path(path), None, 0
+        self.mutex = threading.RLock()
+
+    def acquire(self) -> None:
+        self.mutex.acquire()
+        if self.depth == 0:
+            self.fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600)
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+        self.depth += 1
+
+    def release(self) -> None:
+        self.depth -= 1
+        if self.depth == 0:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+            self.fd = None
+        self.mutex.release()
+
+    def install(self) -> None:
+        from nbgrader.api import Gradebook
+
+        if getattr(Gradebook, "_key_vectors_lock", None) is not None:
+            Gradebook._key_vectors_lock = self
+            return
+        init, close = Gradebook.__init__, Gradebook.close
+
+        def locked_init(gb, *args, **kwargs):
+            lock = Gradebook._key_vectors_lock
+            lock.acquire()
+            try:
+                init(gb, *args, **kwargs)
+            except BaseException:
+                lock.release()
+                raise
+            gb._key_vectors_held = lock
+
+        def locked_close(gb):
+            try:
+                close(gb)
+            finally:
+                lock = gb.__dict__.pop("_key_vectors_held", None)
+                if lock is not None:
+                    lock.release()
+
+        Gradebook.__init__, Gradebook.close = locked_init, locked_close
+        Gradebook._key_vectors_lock = self
+
+
+_WORKER: dict = {}
+
+
+def _worker_init(counter, lock_path: str) -> None:
+    with counter.get_lock():
+        _WORKER["slot"] = counter.value
+        counter.value += 1
+    _GradebookLock(Path(lock_path)).install()
+
+
+def _grade_one(
+    course: str, assignment: str, student: str, timeout, sandbox: str, threads: int, slot=None
+) -> dict:
+    """Run nbgrader's Autograde on one submission (in a worker process or in this one)."""
+    from nbgrader.converters import Autograde
+
+    cfg = load_config(Path(course), timeout)
+    cfg.ResilientExecute.sandbox = sandbox
+    cfg.ResilientExecute.sandbox_slot = _WORKER.get("slot", 0) if slot is None else slot
+    cfg.ResilientExecute.kernel_threads = threads
+    t0 = time.perf_counter()
+    result = _run_app(Autograde, cfg, assignment, student, force=True, create_student=True)
+    return {
+        "assignment": assignment,
+        "student": student,
+        "success": bool(result.get("success")),
+        "log": result.get("log", "") or "",
+        "error": result.get("error", "") or "",
+        "seconds": round(time.perf_counter() - t0, 2),
+    }
+
+
+def _finish(course: Path, cfg, result: dict, sandbox: str) -> Outcome:
+    """Everything after nbgrader ran, in the grader: scores, verdict scan, audit, status."""
+    a, student = result["assignment"], result["student"]
+    o = Outcome(a, student, seconds=result["seconds"])
+    o.sandbox = SANDBOXED if sandbox == "bwrap" else UNSAFE
+    log_path = course / "build" / "logs" / a / f"{student}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_path.write_text(result["log"] + "\n" + result["error"])
+    nb_path = course / "autograded" / student / a / f"{a}.ipynb"
+    if not result["success"] or not nb_path.exists():
+        o.status = "NOT GRADED"
+        o.needs_review = True
+        last = result["error"].strip().splitlines()[-1:] or ["unknown error"]
+        o.notes.append(f"autograde failed ({last[0][:200]}); log: {log_path}")
+        graded = course / "submitted" / student / a / f"{a}.ipynb"
+    else:
+        _scan_autograded(nb_path, o)
+        o.score, o.max_score = _scores(course, cfg, a, student)
+        graded = nb_path
+    review, notes = log_findings(result["log"])
+    o.notes += [f"nbgrader: {n}" for n in notes]
+    if review:
+        o.needs_review = True
+        o.notes += [f"nbgrader: {r}" for r in review]
+    reasons = audit_notebook(graded, course / SOURCE_DIR / a / f"{a}.ipynb")
+    if reasons:
+        o.needs_review = True
+        o.notes += [f"audit: {r}" for r in reasons]
+    if sandbox != "bwrap":
+        o.notes.append(
+            "graded WITHOUT a sandbox (--unsafe-no-sandbox): its kernel could reach the "
+            "course folder"
+        )
+    troubled = any(k in n for n in o.notes for k in ("timed out", "kernel died", "stuck after"))
+    if o.status != "NOT GRADED":
+        if o.needs_review:  # never a number: a person decides
+            o.status, o.auto_score, o.score = "FLAGGED", o.score, None
+        elif troubled:
+            o.status = "graded with problems"
+    return o
+
+
+def _bar(done: int, total: int, width: int = 24) -> str:
+    filled = round(width * done / max(total, 1))
+    return f"[{'#' * filled}{'.' * (width - filled)}] {done:>{len(str(total))}}/{total}"
+
+
+def default_jobs() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # macOS
+        return max(1, os.cpu_count() or 1)
+
+
+def forget_bytecode() -> None:
+    """Delete attnlib's ``__pycache__`` folders before grading.
+
+    A sandboxed kernel cannot write them (the course is read-only in the sandbox), but an
+    earlier unsandboxed run could have planted one; Python rebuilds them from the sources.
+    """
+    import attnlib
+
+    for pkg in attnlib.__path__:
+        for cache in Path(pkg).rglob("__pycache__"):
+            shutil.rmtree(cache, ignore_errors=True)
+
+
 def autograde(
     course: Path,
     notebooks: Path,
@@ -570,10 +1216,16 @@ def autograde(
     assignments: list[str] | None = None,
     to: Path | None = None,
     echo=print,
+    jobs: int | None = None,
+    unsafe_no_sandbox: bool = False,
 ) -> list[Outcome]:
-    """Grade every submission under <course>/submitted, write the report and the CSV."""
+    """Grade every submission under <course>/submitted, write the report and the CSV.
+
+    ``jobs`` submissions are graded at once (default: one per core), each in its own
+    sandbox. Without bubblewrap this refuses unless ``unsafe_no_sandbox``.
+    """
     from nbgrader.api import Gradebook
-    from nbgrader.converters import Autograde, GenerateAssignment
+    from nbgrader.converters import GenerateAssignment
 
     course = Path(course).resolve()
     submitted = course / "submitted"
@@ -582,6 +1234,16 @@ def autograde(
             f"no submissions: {submitted} does not exist (layout: "
             f"submitted/<student>/<lesson>/<lesson>.ipynb)"
         )
+    why = None if unsafe_no_sandbox else sandbox_unavailable()
+    if why:
+        raise SystemExit(
+            f"autograde: cannot sandbox the learners' kernels: {why}.\n"
+            f"Install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; see "
+            f"tools/ensure_bubblewrap.sh), or grade without a sandbox with "
+            f"--unsafe-no-sandbox (every row of the CSV then says so)."
+        )
+    sandbox = "none" if unsafe_no_sandbox else "bwrap"
+    forget_bytecode()
     names = build_source(notebooks, course)
     cfg = load_config(course, timeout)
     pairs = [
@@ -591,59 +1253,75 @@ def autograde(
     ]
     with Gradebook(_db_url(cfg)) as gb:
         known = {a.name for a in gb.assignments}
-    logs = course / "build" / "logs"
-    outcomes = []
-    t_all = time.perf_counter()
-    for assignment in sorted({a for a, _ in pairs}):
-        if assignment not in names:
-            for a, s in pairs:
-                if a == assignment:
-                    o = Outcome(a, s, status="NOT GRADED", notes=[f"no graded lesson named {a}"])
-                    outcomes.append(o)
-                    echo(f"NOT GRADED {s}/{a}: there is no graded lesson of that name")
+    outcomes: list[Outcome] = []
+    tasks = []
+    for a, s in pairs:
+        if a not in names:
+            outcomes.append(
+                Outcome(a, s, status="NOT GRADED", notes=[f"no graded lesson named {a}"])
+            )
+            echo(f"NOT GRADED {s}/{a}: there is no graded lesson of that name")
             continue
-        if assignment not in known:  # released elsewhere: create it in this gradebook
-            result = _run_app(GenerateAssignment, cfg, assignment, ".", force=True)
+        if a not in known:  # released elsewhere: create it in this gradebook
+            result = _run_app(GenerateAssignment, cfg, a, ".", force=True)
             if not result["success"]:
                 raise SystemExit(
-                    f"nbgrader generate_assignment {assignment} failed:\n{result.get('error', '')}"
+                    f"nbgrader generate_assignment {a} failed:\n{result.get('error', '')}"
                 )
-        for a, student in [(a, s) for a, s in pairs if a == assignment]:
-            t0 = time.perf_counter()
-            o = Outcome(a, student)
-            result = _run_app(Autograde, cfg, a, student, force=True, create_student=True)
-            o.seconds = round(time.perf_counter() - t0, 2)
-            log_path = logs / a / f"{student}.log"
-            log_path.parent.mkdir(parents=True, exist_ok=True)
-            log_path.write_text(result.get("log", "") + "\n" + result.get("error", ""))
-            nb_path = course / "autograded" / student / a / f"{a}.ipynb"
-            if not result["success"] or not nb_path.exists():
-                o.status = "NOT GRADED"
-                o.needs_review = True
-                last = (result.get("error") or "").strip().splitlines()[-1:] or ["unknown error"]
-                o.notes.append(f"autograde failed ({last[0][:200]}); log: {log_path}")
-            else:
-                _scan_autograded(nb_path, o)
-                o.score, o.max_score = _scores(course, cfg, a, student)
-                if o.notes:
-                    o.status = "graded with problems"
-            release_nb = course / "release" / a / f"{a}.ipynb"
-            reasons = audit_notebook(submitted / student / a / f"{a}.ipynb", release_nb)
-            if reasons:
-                o.needs_review = True
-                o.notes += [f"audit: {r}" for r in reasons]
-            outcomes.append(o)
-            score = "-" if o.score is None else f"{o.score:g}/{o.max_score:g}"
-            flag = "  REVIEW" if o.needs_review else ""
-            echo(f"{o.status:>20}  {student}/{a}  {score}  {o.seconds:.1f} s{flag}")
-            for n in o.notes:
-                echo(f"{'':>22}- {n}")
+            known.add(a)
+        tasks.append((a, s))
+    jobs = max(1, min(jobs or default_jobs(), len(tasks) or 1))
+    threads = max(1, default_jobs() // jobs) if jobs > 1 else 0
+    total = len(tasks)
+    t_all = time.perf_counter()
+
+    def done(result: dict) -> None:
+        o = _finish(course, cfg, result, sandbox)
+        outcomes.append(o)
+        score = "-" if o.score is None else f"{o.score:g}/{o.max_score:g}"
+        flag = "  REVIEW" if o.needs_review else ""
+        n = sum(1 for x in outcomes if x.seconds)
+        where = f"{o.student}/{o.assignment}"
+        echo(f"{_bar(n, total)} {o.status:>20}  {where}  {score}  {o.seconds:.1f} s{flag}")
+        for note in o.notes:
+            echo(f"{'':>22}- {note}")
+
+    lock = _GradebookLock(course / ".gradebook.lock")
+    if jobs == 1:
+        for a, s in tasks:
+            done(_grade_one(str(course), a, s, timeout, sandbox, threads, slot=0))
+    else:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        ctx = mp.get_context("spawn")
+        counter = ctx.Value("i", 0)
+        lock.install()
+        with ProcessPoolExecutor(
+            max_workers=jobs,
+            mp_context=ctx,
+            initializer=_worker_init,
+            initargs=(counter, str(lock.path)),
+        ) as pool:
+            futures = [
+                pool.submit(_grade_one, str(course), a, s, timeout, sandbox, threads)
+                for a, s in tasks
+            ]
+            for fut in as_completed(futures):
+                done(fut.result())
     _write_report(course, outcomes)
-    total = time.perf_counter() - t_all
-    if outcomes:
+    wall = time.perf_counter() - t_all
+    each = sorted(o.seconds for o in outcomes if o.seconds)
+    if each:
+        median = (
+            each[len(each) // 2]
+            if len(each) % 2
+            else (each[len(each) // 2 - 1] + each[len(each) // 2]) / 2
+        )
         echo(
-            f"graded {len(outcomes)} submission(s) in {total:.1f} s "
-            f"({total / len(outcomes):.1f} s each)"
+            f"graded {len(each)} submission(s) in {wall:.1f} s with {jobs} worker(s) "
+            f"({wall / len(each):.1f} s each; median {median:.1f} s per submission; "
+            f"sandbox: {SANDBOXED if sandbox == 'bwrap' else UNSAFE})"
         )
     export(course, to=to, echo=echo)
     return outcomes
@@ -663,6 +1341,7 @@ CSV_KEYS = [
     "raw_score",
     "late_submission_penalty",
     "timestamp",
+    "sandbox",
     "notes",
     "last_name",
     "first_name",
@@ -701,6 +1380,7 @@ def _csv_rows(gradebook, report: dict, students=(), assignments=()) -> list[dict
                     raw_score=0.0,
                     late_submission_penalty=0.0,
                     timestamp="",
+                    sandbox="",
                     notes="",
                 )
                 rows.append(row)
@@ -713,14 +1393,20 @@ def _csv_rows(gradebook, report: dict, students=(), assignments=()) -> list[dict
                 late_submission_penalty=penalty,
                 score=max(0.0, sub.score - penalty),
                 timestamp=sub.timestamp or "",
+                sandbox="",
                 notes="",
             )
+            notes = list(info["notes"]) if info else []
+            if sub.needs_manual_grade:
+                notes.append("some cells await manual grading in the formgrader")
             if info:
                 row["status"] = info["status"]
                 row["needs_review"] = "yes" if info["needs_review"] else "no"
-                row["notes"] = " | ".join(info["notes"])
-                if info["status"] == "NOT GRADED":
+                row["sandbox"] = info.get("sandbox", "")
+                if info["status"] in ("NOT GRADED", "FLAGGED"):
+                    # never a number a script would upload: the reason is in the notes
                     row.update(score="", raw_score="", late_submission_penalty="")
+            row["notes"] = " | ".join(notes)
             rows.append(row)
     return rows
 
@@ -823,6 +1509,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=int, default=None, help="seconds per cell")
     parser.add_argument("--student", action="append", default=None, help="only this student")
     parser.add_argument("--to", type=Path, default=None, help="CSV file (default grades.csv)")
+    parser.add_argument(
+        "--jobs", type=int, default=None, help="submissions graded at once (default: cores)"
+    )
+    parser.add_argument(
+        "--unsafe-no-sandbox",
+        action="store_true",
+        help="grade without bubblewrap (learners' kernels can reach the course folder)",
+    )
     args = parser.parse_args(argv)
     if args.course is None:
         args.course = course_root()
@@ -841,6 +1535,8 @@ def main(argv: list[str] | None = None) -> int:
             students=args.student,
             assignments=args.names or None,
             to=args.to,
+            jobs=args.jobs,
+            unsafe_no_sandbox=args.unsafe_no_sandbox,
         )
         return 1 if any(o.status == "NOT GRADED" for o in outcomes) else 0
     elif args.command == "export":

@@ -17,11 +17,41 @@ path, and mermaid and the widget manager are left out of the templates
 before it is written: a page that would load anything over the network is an error.
 
 Lessons are discovered, not listed: any ``NN_name.ipynb`` in the notebooks folder is one.
+
+What the lessons' metadata means here (the conventions lesson editors follow)
+----------------------------------------------------------------------------
+* **Speaker notes** — a markdown cell with ``metadata.slideshow.slide_type == "notes"``
+  (nbconvert's reveal type) becomes ``<aside class="notes">`` of the slide it follows:
+  shown on ``S`` in the speaker view, not on the slide. Handouts show it as ordinary prose.
+* **Alt text** — a code cell whose outputs include images carries ``metadata["alt_text"]``:
+  a string (one image) or a list of strings (one per image, in output order). It becomes
+  the ``alt`` of each ``<img>`` in decks and handouts. A missing one is reported by the
+  build (and nbconvert's "No description has been provided" default is what the browser
+  test then finds).
+* **Checks left out of decks** — a locked nbgrader test cell
+  (``metadata.nbgrader.grade == true``), a cell tagged ``check``, and a code cell whose
+  source is only ``assert`` statements (loops of asserts included) are not on any slide,
+  in every deck. Without solutions, the output of graded check cells is dropped from
+  handouts too: it would print "✔ correct" under a ``raise NotImplementedError()`` stub.
+* **Harness lines** — ``# NBVAL_...`` marker lines and trailing ``# fmt: skip`` /
+  ``# noqa`` comments are removed from the code shown (lessons use the cell tag
+  ``nbval-ignore-output`` and pyproject's per-file ruff settings instead).
+* **Progress lines** — the fixed "<desc>: N steps" line :func:`attnlib.training.progress_bar`
+  leaves behind (output metadata ``{"attnlib": "progress"}``) is not put on slides.
+
+Decks are 1280 x 720 (:data:`SLIDE_SIZE`): headings keep their case, code is 18 px and wraps
+instead of being cut off, a figure is at most 500 px high, and a slide whose content is
+still taller scrolls (a fallback applied after MathJax has typeset the slide; no slide
+should need it — ``tests/test_browser.py`` reports every one that does, by lesson and
+slide). Each slide's ``<section>`` carries ``data-cell``, the notebook index of its first
+cell, and ``window.kvSlideFit()`` in a deck measures every slide.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import copy
 import html
 import re
 import shutil
@@ -32,10 +62,18 @@ from pathlib import Path
 from attnlib.course.lessons import Lesson, course_root, discover_lessons, lesson_info
 
 __all__ = [
+    "ALT_KEY",
+    "CHECK_TAG",
+    "NOTES_TYPE",
+    "SLIDE_SIZE",
     "Lesson",
+    "alt_text_problems",
+    "alt_texts",
     "build_handouts",
     "build_slides",
     "discover_lessons",
+    "is_check_cell",
+    "lecture_notebook",
     "lesson_info",
     "local_resources",
     "remote_resources",
@@ -43,6 +81,16 @@ __all__ = [
 ]
 
 TEMPLATES = Path(__file__).resolve().parent / "lecture_templates"
+
+SLIDE_SIZE = (1280, 720)  # reveal.js width and height: every slide must fit
+NOTES_TYPE = "notes"  # slideshow.slide_type of a speaker-notes cell
+ALT_KEY = "alt_text"  # cell metadata: str, or list of str (one per image output)
+CHECK_TAG = "check"  # cell tag: a cell that only checks (left out of decks)
+IMAGE_MIMES = ("image/png", "image/jpeg", "image/svg+xml")
+PROGRESS_META = ("attnlib", "progress")  # output metadata of a progress bar's fixed line
+# Harness lines never shown on a slide or a handout.
+MARKER_LINE = re.compile(r"^\s*#\s*NBVAL_[A-Z_]+\s*$")
+TRAILING_PRAGMA = re.compile(r"\s*#\s*(?:fmt:\s*(?:skip|off|on)|noqa\b[^#\n]*)\s*$")
 
 # What is copied from node_modules into the build folder: (source in node_modules, dest).
 # MathJax 2 is 73 MB on npm; the TeX → CommonHTML path the templates use needs ~5 MB of it.
@@ -179,7 +227,10 @@ def _exporter(kind: str):
     if kind == "slides":
         section.reveal_url_prefix = "reveal.js"
         section.reveal_theme = "white"  # its fonts are bundled (some themes import Google Fonts)
-        section.reveal_scroll = True  # long code cells scroll instead of being cut off
+        section.reveal_width, section.reveal_height = (str(n) for n in SLIDE_SIZE)
+        section.reveal_number = "c/t"
+        section.reveal_transition = "fade"
+        section.reveal_scroll = True  # the fallback for a slide that is still too tall
     else:
         section.embed_images = True  # markdown ![](file.png) images become data: URIs too
     return cls(config=c)
@@ -190,8 +241,8 @@ def without_solutions(nb):
 
     Solution regions become ``raise NotImplementedError()`` and hidden tests go, as in the
     learners' copies (:func:`attnlib.course.student.student_version`); the outputs of solution
-    cells are dropped, since they would give the answer away. Checks keep their output
-    (what a passing check prints).
+    cells are dropped, since they would give the answer away, and so are the outputs of the
+    graded check cells: their "✔ correct" would follow a stub that raises.
     """
     from attnlib.course.student import student_version
 
@@ -199,11 +250,135 @@ def without_solutions(nb):
     if len(student.cells) != len(nb.cells):
         raise RuntimeError("without_solutions: the student version changed the number of cells")
     for cell, orig in zip(student.cells, nb.cells, strict=True):
-        solution = orig.metadata.get("nbgrader", {}).get("solution", False)
-        if orig.cell_type == "code" and not solution:
-            cell.outputs = orig.outputs
+        grading = orig.metadata.get("nbgrader", {})
+        if orig.cell_type == "code" and not grading.get("solution", False):
+            cell.outputs = [] if grading.get("grade", False) else orig.outputs
             cell.execution_count = orig.get("execution_count")
     return student
+
+
+def _only_asserts(statements) -> bool:
+    """True if every statement is an ``assert``, or a loop/with/if holding only asserts."""
+    if not statements:
+        return False
+    for st in statements:
+        if isinstance(st, ast.Assert):
+            continue
+        if isinstance(st, ast.For | ast.While | ast.With) and _only_asserts(st.body):
+            if getattr(st, "orelse", None) and not _only_asserts(st.orelse):
+                return False
+            continue
+        if isinstance(st, ast.If) and _only_asserts(st.body):
+            if st.orelse and not _only_asserts(st.orelse):
+                return False
+            continue
+        return False
+    return True
+
+
+def is_check_cell(cell) -> bool:
+    """A cell that only checks: a graded nbgrader test cell, tagged ``check``, or asserts only.
+
+    Such cells are left out of every deck (see the module docstring).
+    """
+    if cell.get("cell_type") != "code":
+        return False
+    meta = cell.get("metadata", {})
+    if meta.get("nbgrader", {}).get("grade", False) or CHECK_TAG in meta.get("tags", []):
+        return True
+    source = "\n".join(
+        "" if ln.lstrip().startswith(("%", "!")) else ln for ln in cell.source.splitlines()
+    )
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return False
+    return _only_asserts(tree.body)
+
+
+def _image_outputs(cell) -> list:
+    return [
+        o
+        for o in cell.get("outputs", [])
+        if o.get("output_type") in ("display_data", "execute_result")
+        and any(m in o.get("data", {}) for m in IMAGE_MIMES)
+    ]
+
+
+def alt_texts(cell) -> list[str]:
+    """The cell's alt texts, one per image output (``metadata["alt_text"]``: str or list)."""
+    alt = cell.get("metadata", {}).get(ALT_KEY)
+    if alt is None:
+        return []
+    if isinstance(alt, str):
+        return [alt]
+    if isinstance(alt, list | tuple) and all(isinstance(a, str) for a in alt):
+        return list(alt)
+    raise TypeError(f"metadata[{ALT_KEY!r}] must be a str or a list of str, got {alt!r}")
+
+
+def alt_text_problems(nb) -> list[str]:
+    """What is wrong with the alt text of ``nb``'s images, one line per cell (empty: all good)."""
+    problems = []
+    for i, cell in enumerate(nb.cells):
+        images = _image_outputs(cell) if cell.cell_type == "code" else []
+        try:
+            alts = alt_texts(cell)
+        except TypeError as err:
+            problems.append(f"cell {i}: {err}")
+            continue
+        if not images:
+            continue
+        if not alts:
+            problems.append(f"cell {i}: {len(images)} image(s) without metadata[{ALT_KEY!r}]")
+        elif len(alts) != len(images):
+            problems.append(f"cell {i}: {len(alts)} alt texts for {len(images)} images")
+        elif any(not a.strip() for a in alts):
+            problems.append(f"cell {i}: an empty alt text")
+    return problems
+
+
+def _shown_source(source: str) -> str:
+    """The code as decks and handouts show it: no harness marker lines or pragmas."""
+    lines = [TRAILING_PRAGMA.sub("", ln) for ln in source.splitlines() if not MARKER_LINE.match(ln)]
+    return "\n".join(lines).strip("\n")
+
+
+def _is_progress(output) -> bool:
+    key, value = PROGRESS_META
+    return output.get("metadata", {}).get(key) == value
+
+
+def lecture_notebook(nb, *, slides: bool, solutions: bool = False):
+    """``nb`` shaped for a deck (``slides=True``) or a handout: a new notebook.
+
+    Without ``solutions`` the answers are hidden (:func:`without_solutions`). Then: alt text
+    goes from the cell's ``metadata["alt_text"]`` onto each image output (as output metadata
+    ``alt_text``, which the templates write into ``<img alt>``); harness marker lines are
+    removed from the code; in a deck, check cells are skipped, progress lines dropped, and
+    each cell records its notebook index (``slideshow.data.cell`` → ``data-cell``).
+    """
+    out = without_solutions(nb) if not solutions else copy.deepcopy(nb)
+    out.metadata.pop("widgets", None)  # widget state needs a kernel; the stills stand in
+    for index, cell in enumerate(out.cells):
+        if cell.cell_type == "code":
+            cell.source = _shown_source(cell.source)
+            try:
+                alts = alt_texts(cell)
+            except TypeError:
+                alts = []
+            for output, alt in zip(_image_outputs(cell), alts, strict=False):
+                if alt.strip():
+                    output.setdefault("metadata", {})[ALT_KEY] = alt.strip()
+        if not slides:
+            continue
+        show = cell.metadata.setdefault("slideshow", {})
+        if cell.cell_type == "code":
+            if is_check_cell(nb.cells[index]):
+                show["slide_type"] = "skip"
+            cell.outputs = [o for o in cell.get("outputs", []) if not _is_progress(o)]
+        show.setdefault("data", {})["cell"] = str(index)
+    return out
 
 
 def _export(
@@ -215,11 +390,11 @@ def _export(
     written = []
     for lesson in lessons:
         nb = nbformat.read(lesson.path, as_version=4)
-        if not solutions:
-            nb = without_solutions(nb)
-        nb.metadata.pop("widgets", None)  # widget state needs a kernel; figures stand in
+        for problem in alt_text_problems(nb):
+            print(f"alt text: {lesson.stem} {problem}", file=sys.stderr)
+        shaped = lecture_notebook(nb, slides=kind == "slides", solutions=solutions)
         body, _ = exporter.from_notebook_node(
-            nb,
+            shaped,
             resources={"metadata": {"name": lesson.title, "path": str(lesson.path.parent)}},
         )
         target = out / f"{lesson.stem}{suffix}"

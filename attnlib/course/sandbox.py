@@ -55,6 +55,8 @@ from pathlib import Path
 
 from jupyter_client.manager import AsyncKernelManager
 
+from attnlib.checks.grading import EXCHANGE_ENV
+
 __all__ = [
     "Limits",
     "Sandbox",
@@ -66,7 +68,6 @@ __all__ = [
 ]
 
 UID_BASE = 64000  # the kernel's uid when grading runs as root: UID_BASE + worker slot
-EXCHANGE_ENV = "KEY_VECTORS_GRADING_EXCHANGE"  # where check_hidden finds its inputs
 
 # Runs inside the sandbox before the kernel: set the limits, drop to the sandbox uid, exec.
 # Plain standard library, started with `python -I -S` (no site, no environment) so that it
@@ -89,6 +90,11 @@ if "--uid" in opts:
     os.setresuid(uid, uid, uid)
     if os.getuid() == 0 or os.geteuid() == 0:
         sys.exit("sandbox launcher: could not drop root")
+if "--log" in opts:  # the kernel's own stdout/stderr (start-up notes, fatal errors)
+    fd = os.open(opts["--log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
 os.umask(0o022)
 os.execvp(argv[0], argv)
 """
@@ -177,8 +183,11 @@ class Sandbox:
     def __post_init__(self) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="kv-sbx-", dir="/tmp"))
         os.chmod(self.root, 0o755)
-        for sub in ("work", "run", "exchange"):
-            (self.root / sub).mkdir()
+        for sub in ("work", "run", "exchange", "exchange/in", "exchange/out"):
+            (self.root / sub).mkdir(mode=0o755)
+        # exchange/ and exchange/in/ stay the grader's (read-only for the kernel, and bound
+        # read-only below for when there is no uid switch); the kernel writes exchange/out/.
+        for sub in ("work", "run", "exchange/out"):
             self._own(self.root / sub)
 
     @property
@@ -199,30 +208,34 @@ class Sandbox:
         return self.root / "exchange"
 
     def _own(self, path: Path) -> None:
-        if self.uid is not None:
-            os.chown(path, self.uid, self.uid)
+        if self.uid is not None:  # never through a symlink the kernel may have planted
+            os.chown(path, self.uid, self.uid, follow_symlinks=False)
 
     def hand_over(self, path: Path) -> None:
         """Make a file the grader wrote (connection file, copied submission) the kernel's."""
         self._own(path)
-        if path.is_dir():
+        if path.is_dir() and not path.is_symlink():
             for p in path.rglob("*"):
                 self._own(p)
 
     def fill_work(self, folder: Path | None) -> None:
-        """Copy the submission's folder (its notebook and any files beside it) into work/."""
+        """Copy the submission's folder (its notebook and any files beside it) into work/.
+
+        Symlinks are copied as links: one pointing outside the submission leads nowhere
+        inside the sandbox.
+        """
         if folder is not None and Path(folder).is_dir():
-            shutil.copytree(folder, self.work, dirs_exist_ok=True, symlinks=False)
+            shutil.copytree(folder, self.work, dirs_exist_ok=True, symlinks=True)
         self.hand_over(self.work)
 
-    def command(self, argv: list[str], threads: int | None = None) -> list[str]:
-        return command(argv, self, threads=threads)
+    def command(self, argv: list[str], threads: int | None = None, log: bool = True) -> list[str]:
+        return command(argv, self, threads=threads, log=log)
 
     def cleanup(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def _launcher_args(sandbox: Sandbox) -> list[str]:
+def _launcher_args(sandbox: Sandbox, log: bool = True) -> list[str]:
     lim = sandbox.limits
     args = [sys.executable, "-I", "-S", "-c", LAUNCHER]
     for flag, value in (
@@ -231,19 +244,25 @@ def _launcher_args(sandbox: Sandbox) -> list[str]:
         ("--fsize", lim.file_bytes),
         ("--nproc", lim.processes if sandbox.uid is not None else None),
         ("--uid", sandbox.uid),
+        ("--log", sandbox.run / "kernel.log" if log else None),
     ):
         if value is not None:
-            args += [flag, str(int(value))]
+            args += [flag, str(value if flag == "--log" else int(value))]
     return args + ["--"]
 
 
-def command(argv: list[str], sandbox: Sandbox, threads: int | None = None) -> list[str]:
-    """The bwrap command line that runs ``argv`` (a kernel) inside ``sandbox``."""
+def command(
+    argv: list[str], sandbox: Sandbox, threads: int | None = None, log: bool = True
+) -> list[str]:
+    """The bwrap command line that runs ``argv`` (a kernel) inside ``sandbox``.
+
+    With ``log``, the process's stdout and stderr go to ``run/kernel.log``.
+    """
     bwrap = bwrap_path()
     if bwrap is None:
         raise FileNotFoundError("bwrap (bubblewrap) is not installed")
     ro = readonly_paths()
-    home = "/tmp/home"
+    home = "/tmp"  # the private tmpfs: IPython's and matplotlib's caches go there
     cmd = [bwrap, "--die-with-parent"]
     if os.geteuid() != 0:
         cmd += ["--unshare-user"]
@@ -276,7 +295,9 @@ def command(argv: list[str], sandbox: Sandbox, threads: int | None = None) -> li
     ]
     for p in ro:
         cmd += ["--ro-bind", str(p), str(p)]
-    cmd += ["--bind", str(sandbox.root), str(sandbox.root), "--chdir", str(sandbox.work)]
+    inbox = str(sandbox.exchange / "in")
+    cmd += ["--bind", str(sandbox.root), str(sandbox.root), "--ro-bind", inbox, inbox]
+    cmd += ["--chdir", str(sandbox.work)]
     env = {
         "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin", "/bin"]),
         "HOME": home,
@@ -286,8 +307,8 @@ def command(argv: list[str], sandbox: Sandbox, threads: int | None = None) -> li
         "TMPDIR": "/tmp",
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONNOUSERSITE": "1",
-        "MPLCONFIGDIR": f"{home}/matplotlib",
-        "IPYTHONDIR": f"{home}/ipython",
+        "MPLCONFIGDIR": "/tmp/matplotlib",
+        "IPYTHONDIR": "/tmp/ipython",
         EXCHANGE_ENV: str(sandbox.exchange),
     }
     if threads:
@@ -295,7 +316,7 @@ def command(argv: list[str], sandbox: Sandbox, threads: int | None = None) -> li
     cmd += ["--clearenv"]
     for k, v in env.items():
         cmd += ["--setenv", k, v]
-    return [*cmd, "--", *_launcher_args(sandbox), *argv]
+    return [*cmd, "--", *_launcher_args(sandbox, log), *argv]
 
 
 @functools.lru_cache(maxsize=1)
@@ -308,7 +329,7 @@ def unavailable() -> str | None:
     box = Sandbox(slot=0)
     try:
         probe = "import attnlib, os, sys; sys.stdout.write(str(os.getuid()))"
-        argv = box.command([sys.executable, "-c", probe])
+        argv = box.command([sys.executable, "-c", probe], log=False)
         try:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
         except (OSError, subprocess.TimeoutExpired) as err:
@@ -349,3 +370,22 @@ class SandboxKernelManager(AsyncKernelManager):
             return cmd
         self.sandbox.hand_over(Path(self.connection_file))
         return self.sandbox.command(cmd, threads=self.threads)
+
+
+def main() -> int:
+    """``python -m attnlib.course.sandbox``: can graded kernels be sandboxed here?"""
+    why = unavailable()
+    if why:
+        print(f"sandbox: NOT available: {why}")
+        return 1
+    box = Sandbox()
+    try:
+        print(f"sandbox: ok ({bwrap_path()}; kernel uid {box.uid or 'unchanged'})")
+        print("read-only:", ", ".join(str(p) for p in readonly_paths()))
+    finally:
+        box.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,6 +1,7 @@
 """Interactive explorers (ipywidgets) for lectures and self-study.
 
-One module per explorer — :mod:`~attnlib.explorers.query` (lesson 03),
+One module per explorer — :mod:`~attnlib.explorers.dot` (lesson 01),
+:mod:`~attnlib.explorers.query` (03),
 :mod:`~attnlib.explorers.scale` (04), :mod:`~attnlib.explorers.heads` (07),
 :mod:`~attnlib.explorers.mask` (08) — and one helper, ``_render``, that draws a figure to
 PNG in the course style and wires controls, readout and image into a widget box.
@@ -10,6 +11,7 @@ builder that wires widgets to it, so it can be tested without a browser. Lessons
 ``from attnlib.explorers import query_explorer, query_state``.
 """
 
+from attnlib.explorers.dot import DotState, dot_explorer, dot_state
 from attnlib.explorers.heads import HeadState, head_explorer, head_state
 from attnlib.explorers.mask import MASK_MODES, MaskState, mask_explorer, mask_state
 from attnlib.explorers.query import QueryState, query_explorer, query_state
@@ -17,10 +19,13 @@ from attnlib.explorers.scale import ExplorerState, explorer_state, scaling_explo
 
 __all__ = [
     "MASK_MODES",
+    "DotState",
     "ExplorerState",
     "HeadState",
     "MaskState",
     "QueryState",
+    "dot_explorer",
+    "dot_state",
     "explorer_state",
     "head_explorer",
     "head_state",

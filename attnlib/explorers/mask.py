@@ -96,9 +96,9 @@ def render_mask(state: MaskState) -> bytes:
             fmt="{:.0f}",
             colorbar=False,
         )
-        heatmap(state.weights, ax=ax_w, title="masked weights", colorbar=False)
+        heatmap(state.weights, ax=ax_w, title="masked weights", colorbar=False, mask=state.mask)
 
-    return figure_png(draw, (11.0, 3.4))
+    return figure_png(draw, (8.0, 3.2))
 
 
 def mask_explorer(mode: str = "causal", length: int | None = None, *, seq: int = 6, seed: int = 0):

@@ -226,7 +226,7 @@ def query_state(
 
 def render_query(state: QueryState) -> bytes:
     """The query explorer's figure (scores, weights, values and their blend) as PNG."""
-    from attnlib.plot import bars
+    from attnlib.plot import PALETTE, bars
 
     def draw(fig):
         ax_s, ax_w, ax_v = fig.subplots(1, 3)
@@ -235,7 +235,7 @@ def render_query(state: QueryState) -> bytes:
         bars(state.weights, labels=labels, ax=ax_w, title="weights")
         ax_w.set_ylim(0, 1)
         v, o = state.values, state.output
-        ax_v.scatter(v[:, 0], v[:, 1], s=40 + 400 * state.weights, color="tab:blue")
+        ax_v.scatter(v[:, 0], v[:, 1], s=40 + 400 * state.weights, color=PALETTE[0], label="values")
         names: dict[tuple[float, float], list[str]] = {}  # equal values share one label
         for j, (x, y) in enumerate(v):
             name = f"v{j}" if state.labels is None else state.labels[j]
@@ -244,7 +244,7 @@ def render_query(state: QueryState) -> bytes:
                 at.append(name)
         for (x, y), at in names.items():
             ax_v.annotate(", ".join(at), (x, y), textcoords="offset points", xytext=(6, 4))
-        ax_v.scatter([o[0]], [o[1]], marker="*", s=200, color="tab:red", label="output")
+        ax_v.scatter([o[0]], [o[1]], marker="*", s=260, color=PALETTE[1], label="output")
         lim = max(1.4, 1.2 * float(np.abs(v).max()))
         ax_v.set_xlim(-lim, lim)
         ax_v.set_ylim(-lim, lim)
@@ -252,7 +252,7 @@ def render_query(state: QueryState) -> bytes:
         ax_v.set_title("values and their blend")
         ax_v.legend(loc="lower right")
 
-    return figure_png(draw, (10.5, 3.2))
+    return figure_png(draw, (8.0, 3.2))
 
 
 def query_explorer(angle: float = 30.0, d_k: int | None = None, temperature: float = 1.0, **setup):

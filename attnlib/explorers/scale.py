@@ -114,7 +114,7 @@ def render_png(state: ExplorerState) -> bytes:
     """The explorer's figure for ``state`` as PNG bytes (Agg canvas, no pyplot)."""
     from attnlib.plot import explorer_view
 
-    return figure_png(lambda fig: explorer_view(state, axes=fig.subplots(1, 2)), (9.0, 3.0))
+    return figure_png(lambda fig: explorer_view(state, axes=fig.subplots(1, 2)), (8.0, 3.2))
 
 
 def scaling_explorer(d_k: int = 64, scale: float | None = None, *, seq_k: int = 16, seed: int = 0):

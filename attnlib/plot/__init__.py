@@ -4,32 +4,65 @@ Rows of an attention map are query positions and columns are key positions. Func
 an optional ``ax`` and return the Axes (or the Figure for multi-panel plots); none calls
 ``plt.show()``, and none changes matplotlib's global settings.
 
+One projector style (see :mod:`attnlib.plot._base`): text of 12 pt (nothing under 10 pt),
+figures at most 8 in wide, stored at 150 dpi, the Okabe–Ito colour-blind-safe palette with a
+second channel (marker, line style, hatch or a direct label) for every series, colourbars
+on heat maps and masked cells hatched grey with a legend entry. Importing changes nothing:
+figures are drawn inside :func:`course_style`; a lesson that also draws with plain
+matplotlib calls :func:`use_course_style` once, or makes its panels with :func:`subplots`.
+
 Topic-specific figures live in private submodules (``_scaling.py`` for lesson 04, ...) and
 are re-exported here, so lessons always write ``from attnlib import plot`` and
 ``plot.heatmap(...)``.
 """
 
 from attnlib.plot._base import (
+    DPI,
+    HATCHES,
+    LINESTYLES,
+    MARKERS,
+    MAX_WIDTH,
+    MIN_FONT,
+    OKABE_ITO,
     PALETTE,
     SCORES_CMAP,
+    STYLE,
     WEIGHTS_CMAP,
     attention_grid,
     bars,
     course_style,
+    fit_width,
     heatmap,
+    masked_patch,
     new_axes,
+    series_style,
+    subplots,
+    use_course_style,
     vectors,
 )
 
 __all__ = [
+    "DPI",
+    "HATCHES",
+    "LINESTYLES",
+    "MARKERS",
+    "MAX_WIDTH",
+    "MIN_FONT",
+    "OKABE_ITO",
     "PALETTE",
     "SCORES_CMAP",
+    "STYLE",
     "WEIGHTS_CMAP",
     "attention_grid",
     "bars",
     "course_style",
+    "fit_width",
     "heatmap",
+    "masked_patch",
     "new_axes",
+    "series_style",
+    "subplots",
+    "use_course_style",
     "vectors",
 ]
 

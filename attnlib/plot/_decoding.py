@@ -6,7 +6,14 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from attnlib.plot._base import PALETTE, SCORES_CMAP, as_numpy, course_style, new_axes
+from attnlib.plot._base import (
+    SCORES_CMAP,
+    as_numpy,
+    course_style,
+    mark_every,
+    new_axes,
+    series_style,
+)
 
 
 def cost_curves(
@@ -27,12 +34,13 @@ def cost_curves(
     x : sequence of float of shape (n_points,)
         The lengths (e.g. seq_k, or tokens already generated).
     series : mapping of label -> sequence of float of shape (n_points,)
-        The cost of each variant at each length.
+        The cost of each variant at each length; variants differ in colour, marker and
+        line style.
     """
     xs = np.asarray(x, dtype=float)
     if xs.ndim != 1:
         raise ValueError(f"cost_curves: x must be 1-D, got shape {xs.shape}")
-    ax = new_axes(ax, figsize=(5.0, 3.5))
+    ax = new_axes(ax, figsize=(5.6, 3.6))
     with course_style():
         for i, (label, ys) in enumerate(series.items()):
             ys = np.asarray(ys, dtype=float)
@@ -40,7 +48,7 @@ def cost_curves(
                 raise ValueError(
                     f"cost_curves: series {label!r} has shape {ys.shape}, x has {xs.shape}"
                 )
-            ax.plot(xs, ys, marker="o", color=PALETTE[i % len(PALETTE)], label=label)
+            ax.plot(xs, ys, label=label, **series_style(i))  # colour, marker and line style
         if logx:
             ax.set_xscale("log", base=2)
         if logy:
@@ -61,7 +69,7 @@ def position_codes(P, *, ax=None, title: str | None = "sinusoidal position codes
     m = as_numpy(P)
     if m.ndim != 2:
         raise ValueError(f"position_codes: P must be (seq, d_model), got shape {m.shape}")
-    ax = new_axes(ax, figsize=(5.0, 3.8))
+    ax = new_axes(ax, figsize=(5.6, 3.8))
     with course_style():
         im = ax.imshow(m, cmap=SCORES_CMAP, vmin=-1, vmax=1, aspect="auto")
         ax.set_xlabel("dimension (d_model)")
@@ -76,14 +84,16 @@ def score_vs_offset(offsets, scores: Mapping[str, Sequence[float]], *, ax=None, 
     """Query–key score against the offset (key position − query position).
 
     offsets : array-like of int of shape (n,)
-    scores : mapping of label -> array-like of shape (n,), e.g. several query positions
+    scores : mapping of label -> array-like of shape (n,), e.g. several query positions;
+        each gets its own colour, marker and line style
     """
     off = as_numpy(offsets)
-    ax = new_axes(ax, figsize=(5.5, 3.2))
+    ax = new_axes(ax, figsize=(5.8, 3.4))
     with course_style():
-        styles = ("-", "--", ":", "-.")
         for i, (label, s) in enumerate(scores.items()):
-            ax.plot(off, as_numpy(s), styles[i % 4], color=PALETTE[i % len(PALETTE)], label=label)
+            ax.plot(
+                off, as_numpy(s), markevery=mark_every(len(off)), label=label, **series_style(i)
+            )
         ax.axhline(0, color="0.7", lw=0.8)
         ax.set_xlabel("offset (key position − query position)")
         ax.set_ylabel("score q·k")

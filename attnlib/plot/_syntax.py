@@ -6,7 +6,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from attnlib.plot._base import PALETTE, as_numpy, course_style, new_axes
+from attnlib.plot._base import (
+    HATCHES,
+    MARKERS,
+    PALETTE,
+    as_numpy,
+    course_style,
+    fit_width,
+    new_axes,
+)
 
 __all__ = ["role_scatter", "grouped_bars"]
 
@@ -14,13 +22,14 @@ __all__ = ["role_scatter", "grouped_bars"]
 def role_scatter(
     points, labels, names: Sequence[str], *, ax=None, title=None, xlabel=None, ylabel=None
 ):
-    """Scatter 2-D points (e.g. projected key vectors), one colour per label.
+    """Scatter 2-D points (e.g. projected key vectors), one colour and marker per label.
 
     Parameters
     ----------
     points : array-like of shape (n_tokens, 2)
     labels : int array-like of shape (n_tokens,)
-        Index into ``names``; every label gets its own colour and legend entry.
+        Index into ``names``; every label gets its own colour, marker shape and legend
+        entry (colour is never the only channel).
     names : sequence of str
     """
     p, lab = as_numpy(points), as_numpy(labels)
@@ -35,12 +44,13 @@ def role_scatter(
             ax.scatter(
                 p[sel, 0],
                 p[sel, 1],
-                s=9,
+                s=14,
                 alpha=0.55,
                 color=PALETTE[int(c) % len(PALETTE)],
+                marker=MARKERS[int(c) % len(MARKERS)],
                 label=f"{names[int(c)]} ({int(sel.sum())})",
             )
-        ax.legend(loc="best", fontsize=8, markerscale=2)
+        ax.legend(loc="best", markerscale=1.5)
         if xlabel:
             ax.set_xlabel(xlabel)
         if ylabel:
@@ -53,10 +63,12 @@ def role_scatter(
 def grouped_bars(
     values, groups: Sequence[str], series: Sequence[str], *, ax=None, title=None, ylabel=None
 ):
-    """Bars of a (n_groups, n_series) table: one cluster per group, one colour per series.
+    """Bars of a (n_groups, n_series) table: one cluster per group, one colour and hatch per
+    series.
 
     E.g. the mean attention weight each head (group) gives the subject and the attractor
     (series), or probe accuracies of keys and values (series) for each label (group).
+    Series differ in colour and hatching; the legend sits beside the bars.
     """
     v = as_numpy(values)
     if v.shape != (len(groups), len(series)):
@@ -64,7 +76,7 @@ def grouped_bars(
             f"grouped_bars: values must have shape ({len(groups)}, {len(series)}) = "
             f"(n_groups, n_series), got {v.shape}"
         )
-    ax = new_axes(ax, figsize=(1.1 * len(groups) + 3.5, 3.2))
+    ax = new_axes(ax, figsize=fit_width(1.0 * len(groups) + 3.4, 3.2))
     width = 0.8 / len(series)
     with course_style():
         x = np.arange(len(groups))
@@ -75,9 +87,11 @@ def grouped_bars(
                 width,
                 label=name,
                 color=PALETTE[s % len(PALETTE)],
+                hatch=HATCHES[s % len(HATCHES)],
+                edgecolor="white",
             )
         ax.set_xticks(x, labels=list(groups))
-        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside, not over
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside, not over
         if ylabel:
             ax.set_ylabel(ylabel)
         if title:

@@ -27,13 +27,14 @@ with three wirings of the keys and values:
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
 import torch
 from torch import nn
 
-from attnlib._validate import check_choice, check_int, type_name
+from attnlib._validate import check_choice, check_instance, check_int
 from attnlib.core import attend
 from attnlib.training import History, torch_threads, train
 
@@ -49,6 +50,10 @@ __all__ = [
     "all_tokens",
     "variance_explained",
     "pca_2d",
+    "fit_lookups",
+    "first_step_at",
+    "token_scores",
+    "token_readout",
 ]
 
 MODES = ("separate", "tied", "uniform")
@@ -140,10 +145,7 @@ def sample_lookup(
     seq_k = check_int(fn, "seq_k", seq_k, minimum=1)
     n_names = check_int(fn, "n_names", n_names, minimum=1)
     n_numbers = check_int(fn, "n_numbers", n_numbers, minimum=1)
-    if not isinstance(generator, np.random.Generator):
-        raise TypeError(
-            f"{fn}: generator must be a numpy.random.Generator, got {type_name(generator)}"
-        )
+    check_instance(fn, "generator", generator, np.random.Generator, "a numpy.random.Generator")
     if seq_k > n_names:
         raise ValueError(
             f"sample_lookup: seq_k={seq_k} needs at least as many names, got {n_names}"
@@ -331,3 +333,152 @@ def pca_2d(vectors: torch.Tensor) -> torch.Tensor:
     idx = p.abs().argmax(dim=0)
     signs = torch.sign(p[idx, torch.arange(p.shape[1])])
     return p * torch.where(signs == 0, 1.0, signs)
+
+
+# ----------------------------------------------------------------------------------------
+# Many heads at once (lesson 05's width sweep), and views of a head that do not depend on
+# how its keys and values are parametrised.
+# ----------------------------------------------------------------------------------------
+
+
+def fit_lookups(
+    models,
+    *,
+    steps: int,
+    batch: int,
+    seq_k: int,
+    n_names: int,
+    n_numbers: int,
+    seed: int,
+    lr: float = 0.03,
+    progress: bool = True,
+    desc: str = "heads",
+) -> np.ndarray:
+    """Train several :class:`LookupAttention` heads side by side; each as if trained alone.
+
+    The heads (any modes and widths) are laid side by side as one wide layer, the way
+    multi-head attention lays out its heads: head ``m`` owns ``d_head`` columns of the
+    stacked ``W_q``, ``W_k``, ``W_v``, its scores are summed over its own columns only
+    (scaled by its own ``1/sqrt(d_head)``), and its read-out sees only its own columns (a
+    block-diagonal ``W_o``). The summed loss gives every head the gradient of its own loss,
+    and Adam works entry by entry, so each head follows the path :func:`fit_lookup` with the
+    same ``seed`` gives it (up to float rounding) — in one training loop instead of one per
+    head. The trained weights are copied back into ``models``.
+
+    Parameters
+    ----------
+    models : sequence of LookupAttention
+        All with the same ``d_model`` and number of outputs.
+    steps, batch, seq_k, n_names, n_numbers, seed, lr
+        As for :func:`fit_lookup`; every head sees the same batches.
+
+    Returns
+    -------
+    ndarray of shape (len(models), steps)
+        Each head's accuracy on each step's fresh batch.
+    """
+    fn = "fit_lookups"
+    models = list(models)
+    if not models:
+        raise ValueError(f"{fn}: models is empty")
+    for i, m in enumerate(models):
+        check_instance(fn, f"models[{i}]", m, LookupAttention, "a LookupAttention")
+    steps = check_int(fn, "steps", steps, minimum=1)
+    d_model, n_out = models[0].W_q.in_features, models[0].W_o.out_features
+    if any(m.W_q.in_features != d_model or m.W_o.out_features != n_out for m in models):
+        raise ValueError(f"{fn}: every model must have the same d_model and n_out")
+    n = len(models)
+    cols = []  # the columns of head m: slice(start, start + d_head)
+    for m in models:
+        start = cols[-1].stop if cols else 0
+        cols.append(slice(start, start + m.d_head))
+    width = cols[-1].stop
+    owner = torch.zeros(width, n)  # owner[j, m] = 1 if column j belongs to head m
+    W_o_mask = torch.zeros(width, n * n_out)  # block diagonal: head m's read-out
+    kind = torch.zeros(2, width)  # row 0: columns whose keys are their own (separate), 1: k = v
+    W = {name: torch.zeros(d_model, width) for name in ("q", "k", "v")}
+    W_o, b_o = torch.zeros(width, n * n_out), torch.zeros(n * n_out)
+    with torch.no_grad():
+        for i, (m, c) in enumerate(zip(models, cols, strict=True)):
+            out = slice(i * n_out, (i + 1) * n_out)
+            owner[c, i] = 1.0
+            W_o_mask[c, out] = 1.0
+            W["q"][:, c], W["v"][:, c] = m.W_q.weight.T, m.W_v.weight.T
+            if m.mode == "separate":
+                W["k"][:, c] = m.W_k.weight.T
+                kind[0, c] = 1.0
+            elif m.mode == "tied":
+                kind[1, c] = 1.0
+            W_o[c, out], b_o[out] = m.W_o.weight.T, m.W_o.bias
+    W_q, W_k, W_v, W_o, b_o = (nn.Parameter(t) for t in (W["q"], W["k"], W["v"], W_o, b_o))
+    scale = torch.tensor([m.d_head**-0.5 for m in models])  # (n,)
+    g = np.random.default_rng(seed)
+    loss_fn = nn.CrossEntropyLoss(reduction="none")
+
+    def step(i):
+        b = sample_lookup(batch, seq_k=seq_k, n_names=n_names, n_numbers=n_numbers, generator=g)
+        q = b.query[:, 0] @ W_q  # (batch, width): every head's query side by side
+        v = b.tokens @ W_v  # (batch, seq_k, width)
+        k = kind[0] * (b.tokens @ W_k) + kind[1] * v  # uniform heads: k = 0
+        s = (q[:, None, :] * k) @ owner * scale  # (batch, seq_k, n): one score per head
+        weights = torch.softmax(s, dim=1)  # over the keys, per head
+        out = ((weights @ owner.T) * v).sum(dim=1)  # (batch, width)
+        logits = (out @ (W_o * W_o_mask) + b_o).view(batch, n, n_out)  # (batch, n, n_out)
+        target = b.target[:, None].expand(batch, n)
+        loss = loss_fn(logits.transpose(1, 2), target).mean(dim=0).sum()  # sum of n means
+        acc = (logits.argmax(-1) == target).double().mean(dim=0)  # (n,)
+        return loss, {f"accuracy/{j}": a for j, a in enumerate(acc.tolist())}
+
+    params = [W_q, W_k, W_v, W_o, b_o]
+    history = train(params, step, steps=steps, lr=lr, desc=desc, progress=progress, threads=1)
+    with torch.no_grad():
+        for i, (m, c) in enumerate(zip(models, cols, strict=True)):
+            out = slice(i * n_out, (i + 1) * n_out)
+            m.W_q.weight.copy_(W_q[:, c].T)
+            m.W_v.weight.copy_(W_v[:, c].T)  # a tied head's W_k is this same module
+            if m.mode == "separate":
+                m.W_k.weight.copy_(W_k[:, c].T)
+            m.W_o.weight.copy_(W_o[c, out].T)
+            m.W_o.bias.copy_(b_o[out])
+    return np.stack([history[f"accuracy/{j}"] for j in range(n)])
+
+
+def first_step_at(accuracy, level: float = 0.95, window: int = 20) -> int | None:
+    """First training step (1-based) at which the mean accuracy of the last ``window`` steps
+    reaches ``level``; None if it never does."""
+    a = np.asarray(accuracy, dtype=np.float64)
+    if a.ndim != 1:
+        raise ValueError(f"first_step_at: accuracy must be 1-D, got shape {a.shape}")
+    if len(a) < window:
+        return None
+    means = np.convolve(a, np.ones(window) / window, mode="valid")  # means[i]: steps i..i+window-1
+    hit = np.flatnonzero(means >= level)
+    return int(hit[0]) + window if hit.size else None
+
+
+def token_scores(model: LookupAttention, n_names: int, n_numbers: int) -> torch.Tensor:
+    """The score every possible query gives every possible token: (n_tokens, n_names).
+
+    Row ``t`` is token ``t`` of :func:`all_tokens`; column ``n`` is the query asking for
+    name ``n``. Scores are what attention uses of the keys: replacing ``W_k`` by ``W_k A``
+    and ``W_q`` by ``W_q A^{-T}`` (any invertible ``A``) changes the keys but not this table.
+    """
+    tokens, _, _ = all_tokens(n_names, n_numbers)  # (n_tokens, d_model)
+    queries = torch.cat([torch.eye(n_names), torch.zeros(n_names, n_numbers)], dim=1)
+    with torch.no_grad():
+        q = model.W_q(queries)  # (n_names, d_head)
+        k, _ = model.keys_values(tokens)  # (n_tokens, d_head)
+        return k @ q.T / math.sqrt(model.d_head)  # (n_tokens, n_names)
+
+
+def token_readout(model: LookupAttention, n_names: int, n_numbers: int) -> torch.Tensor:
+    """What the read-out makes of each token's value: ``v_t W_o`` (n_tokens, n_numbers).
+
+    The logits the head would produce if it put all its weight on token ``t`` (without the
+    read-out's bias, the same for every token). Replacing ``W_v`` by ``W_v B`` and ``W_o``
+    by ``B^{-1} W_o`` changes the values but not this table.
+    """
+    tokens, _, _ = all_tokens(n_names, n_numbers)
+    with torch.no_grad():
+        _, v = model.keys_values(tokens)  # (n_tokens, d_head)
+        return v @ model.W_o.weight.T  # (n_tokens, n_numbers)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 import torch
 
-from attnlib._validate import check_array, check_int, check_ndim, check_number, type_name
+from attnlib._validate import check_array, check_instance, check_int, check_ndim, check_number
 from attnlib.core import attend, softmax
 from attnlib.training import History, train
 
@@ -91,8 +91,7 @@ def sample_dot_products(d_k: int, n: int, *, rng: np.random.Generator, chunk: in
     d_k = check_int(fn, "d_k", d_k, minimum=1)
     n = check_int(fn, "n", n, minimum=1)
     chunk = check_int(fn, "chunk", chunk, minimum=1)
-    if not isinstance(rng, np.random.Generator):
-        raise TypeError(f"{fn}: rng must be a numpy.random.Generator, got {type_name(rng)}")
+    check_instance(fn, "rng", rng, np.random.Generator, "a numpy.random.Generator")
     out = np.empty(n)
     for start in range(0, n, chunk):
         m = min(chunk, n - start)

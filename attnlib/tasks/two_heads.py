@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from attnlib._validate import check_int, check_number, type_name
+from attnlib._validate import check_instance, check_int, check_number
 from attnlib.mha import MultiHeadAttention
 from attnlib.training import History, train
 
@@ -113,10 +113,7 @@ def make_batch(task: HeadsTask, batch: int, generator: torch.Generator) -> Batch
     -------
     Batch
     """
-    if not isinstance(generator, torch.Generator):
-        raise TypeError(
-            f"make_batch: generator must be a torch.Generator, got {type_name(generator)}"
-        )
+    check_instance("make_batch", "generator", generator, torch.Generator, "a torch.Generator")
     batch = check_int("make_batch", "batch", batch, minimum=1)
     n, seq = task.n_letters, task.seq
     letters = torch.randint(0, n, (batch, seq), generator=generator)  # (batch, seq)

@@ -1,0 +1,135 @@
+"""Measuring a learner's function: helpers shared by the exercises' inference.
+
+An exercise's ``infer`` (see :mod:`attnlib.checks._core`) calls the learner's function
+on probe inputs and measures properties of what comes back. The measurements that recur
+across exercises live here:
+
+* :func:`close` — agreement within a tolerance suited to the output's precision;
+* :func:`normalisation` — which axis the weights sum to 1 over;
+* :func:`log_fit` — the multiplier ``c`` such that ``log w = c · s + (a constant per
+  row, per column, or overall)``: how the weights depend on known raw scores ``s``;
+* :func:`name_factor` — which of a list of candidate multipliers a measured one is;
+* :func:`fmt` — numbers as a learner reads them (``0.354``, ``16``).
+
+Everything takes and returns plain numpy float64 arrays (``Outcome.parts``). The numpy
+functions used are captured at import, like those of ``_core``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+_abs = np.absolute
+_log = np.log
+_sqrt = np.sqrt
+_isfinite = np.isfinite
+_where = np.where
+_asarray = np.asarray
+_zeros_like = np.zeros_like
+
+__all__ = ["close", "fmt", "log_fit", "name_factor", "normalisation", "tolerance"]
+
+
+def tolerance(eps: float) -> float:
+    """Relative tolerance for comparing an output computed with machine epsilon ``eps``."""
+    return max(1e-7, 2e3 * eps)
+
+
+def close(a, b, rel: float = 1e-7, abs_: float = 1e-9) -> bool:
+    """True when ``a`` and ``b`` have one shape and agree everywhere (NaN equals NaN)."""
+    a, b = _asarray(a, dtype=np.float64), _asarray(b, dtype=np.float64)
+    if a.shape != b.shape:
+        return False
+    fa, fb = _isfinite(a), _isfinite(b)
+    if bool((fa != fb).any()):
+        return False
+    na, nb = a[~fa], b[~fb]
+    if not bool(((na == nb) | ((na != na) & (nb != nb))).all()):
+        return False
+    d = _abs(a[fa] - b[fa])
+    return bool((d <= abs_ + rel * _abs(b[fa])).all())
+
+
+def fmt(x: float) -> str:
+    """A number as a learner reads it: 3 significant digits, no trailing zeros."""
+    if not math.isfinite(x):
+        return str(x)
+    if x == 0:
+        return "0"
+    if abs(x - round(x)) < 1e-9 * max(1.0, abs(x)) and abs(x) < 1e6:
+        return str(int(round(x)))
+    return f"{x:.3g}"
+
+
+def normalisation(w: np.ndarray, rel: float = 1e-6) -> str:
+    """Over what ``w`` (..., seq_q, seq_k) sums to 1.
+
+    ``"keys"`` (each row: the correct softmax), ``"queries"`` (each column),
+    ``"all"`` (each whole matrix, or the whole array), ``"none"``, or ``"nan"`` when
+    ``w`` is not finite.
+    """
+    if not bool(_isfinite(w).all()):
+        return "nan"
+
+    def ones(x) -> bool:
+        return bool((_abs(_asarray(x) - 1.0) <= rel * 10).all())
+
+    if ones(w.sum(axis=-1)):
+        return "keys"
+    if w.ndim >= 2 and ones(w.sum(axis=-2)):
+        return "queries"
+    if w.ndim >= 2 and ones(w.sum(axis=(-2, -1))):
+        return "all"
+    if ones(w.sum()):
+        return "all"
+    return "none"
+
+
+def log_fit(w: np.ndarray, s: np.ndarray, mode: str = "row") -> tuple[float, float]:
+    """Fit ``log w = c · s + constant``; return ``(c, relative residual)``.
+
+    The constant is one per row (``mode="row"``: a softmax over keys, or exponentials
+    without a normalising sum), one per column (``"col"``: a softmax over queries) or one
+    per matrix (``"all"``). Entries where ``w`` is 0 or not finite are left out (blocked
+    or underflowed); a residual near 0 means the model explains ``w`` exactly. Returns
+    ``(nan, inf)`` when nothing can be fitted.
+    """
+    w = _asarray(w, dtype=np.float64)
+    s = _asarray(s, dtype=np.float64)
+    if w.shape != s.shape or w.ndim < 1:
+        return math.nan, math.inf
+    if mode == "col":
+        w, s = np.swapaxes(w, -1, -2), np.swapaxes(s, -1, -2)
+    if mode == "all" and w.ndim >= 2:
+        w = w.reshape(*w.shape[:-2], -1)
+        s = s.reshape(*s.shape[:-2], -1)
+    valid = _isfinite(w) & (w > 0) & _isfinite(s)
+    with np.errstate(all="ignore"):
+        L = _where(valid, _log(_where(valid, w, 1.0)), 0.0)
+    n = valid.sum(axis=-1, keepdims=True)
+    use = n >= 2
+    n_safe = _where(n > 0, n, 1)
+    Lc = _where(valid & use, L - (L * valid).sum(axis=-1, keepdims=True) / n_safe, 0.0)
+    Sc = _where(valid & use, s - (_where(valid, s, 0.0)).sum(axis=-1, keepdims=True) / n_safe, 0.0)
+    ss = float((Sc * Sc).sum())
+    if ss <= 1e-300:
+        return math.nan, math.inf
+    c = float((Lc * Sc).sum()) / ss
+    r = Lc - c * Sc
+    scale = math.sqrt(max(float((Lc * Lc).sum()), float((c * Sc * c * Sc).sum()), 1e-300))
+    return c, math.sqrt(float((r * r).sum())) / scale
+
+
+def name_factor(
+    c: float, candidates: Sequence[tuple[float, str, str]], rel: float = 2e-3
+) -> tuple[str, str] | None:
+    """The first candidate ``(value, label, id)`` within ``rel`` of ``c``: ``(label, id)``."""
+    if not math.isfinite(c):
+        return None
+    for value, label, mid in candidates:
+        if abs(c - value) <= rel * abs(value):
+            return label, mid
+    return None

@@ -1,0 +1,362 @@
+"""Submissions that attack the grader, and honest ones it must not punish.
+
+Each entry is a learner's edit of the fixture lesson ``01_fixture`` (softmax 1 point,
+attend 2 points; tests/nbfixtures.py): the source of its solution cells, and optionally an
+edit of the notebook's JSON. ``tests/test_grading.py`` grades all of them in one
+``autograde`` run, in the sandbox, and checks every hostile one earns nothing and is
+flagged, and every honest one keeps its points unflagged.
+
+Sources may use ``{course}`` (the course folder, with gradebook.db) and ``{attnlib}`` (the
+installed package folder): a real attacker knows both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from nbfixtures import reference_source
+
+WRONG_SOFTMAX = "def softmax(x):\n    e = np.exp(x)\n    return e / e.sum(axis=-1, keepdims=True)\n"
+WRONG_ATTEND = "def attend(q, k, v, mask=None):\n    return q, k\n"
+STUB_SOFTMAX = "def softmax(x):\n    raise NotImplementedError()\n"
+STUB_ATTEND = "def attend(q, k, v, mask=None):\n    raise NotImplementedError()\n"
+RIGHT_SOFTMAX = reference_source("softmax")
+RIGHT_ATTEND = reference_source("attend")
+
+
+@dataclass
+class Submission:
+    student: str
+    what: str
+    softmax: str = RIGHT_SOFTMAX
+    attend: str = RIGHT_ATTEND
+    edit: Callable | None = None  # edit(nb) on the notebook JSON after the solutions are set
+    points: float | None = None  # honest ones: the score they must keep
+    notes: list[str] = field(default_factory=list)  # substrings the CSV notes must contain
+    status: str = "FLAGGED"  # hostile ones: FLAGGED, or NOT GRADED where nbgrader refuses
+
+
+def _grade_id(nb, gid):
+    return next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == gid)
+
+
+def _relabel_solution_as_locked(nb):
+    meta = _grade_id(nb, "l01-softmax-solution").metadata["nbgrader"]
+    meta.update(locked=True, solution=False)
+
+
+def _fake_grade_id(nb):
+    _grade_id(nb, "l01-attend-solution").metadata["nbgrader"]["grade_id"] = "l01-bonus-points"
+
+
+HOSTILE = [
+    Submission(
+        "h01_reference",
+        "calls the course's reference through an alias",
+        softmax="import attnlib as al\n\n\ndef softmax(x):\n    return al.softmax(x)\n",
+        notes=["calls the course reference"],
+    ),
+    Submission(
+        "h02_always_equal",
+        "returns objects that compare equal to anything",
+        attend=(
+            "class Anything:\n    def __eq__(self, other):\n        return True\n\n\n"
+            "def attend(q, k, v, mask=None):\n    return Anything(), Anything()\n"
+        ),
+        softmax=STUB_SOFTMAX,
+        notes=["defines Anything.__eq__"],
+    ),
+    Submission(
+        "h03_patch_testing",
+        "monkeypatches numpy.testing, torch.testing and the checks' core",
+        softmax=(
+            "import numpy.testing\nimport torch.testing\nimport attnlib.checks._core as core\n\n"
+            "numpy.testing.assert_allclose = lambda *a, **k: None\n"
+            "torch.testing.assert_close = lambda *a, **k: None\n"
+            "core.run = lambda exercise, fn, **k: core.Report(exercise=exercise, ok=True, "
+            "n_cases=1)\nimport attnlib.checks\n\nattnlib.checks.run = core.run\n\n\n"
+        )
+        + WRONG_SOFTMAX,
+        attend=WRONG_ATTEND,
+        notes=["assigns to numpy.testing.assert_allclose"],
+    ),
+    Submission(
+        "h04_replace_checks",
+        "a stub plus a top-level replacement of checks.check and check_hidden",
+        softmax=(
+            "from attnlib import checks\n\nchecks.check = lambda *a, **k: None\n"
+            "checks.check_hidden = lambda *a, **k: None\n\n\n"
+        )
+        + STUB_SOFTMAX,
+        attend=STUB_ATTEND,
+        notes=["assigns to checks.check_hidden", "the hidden tests did not run"],
+    ),
+    Submission(
+        "h05_alias",
+        "replaces the checks through an alias of the module",
+        softmax=(
+            "import attnlib.checks\n\n_c = attnlib.checks\n_c.check = lambda *a, **k: print('ok')\n"
+            "_c.check_hidden = lambda *a, **k: None\n\n\n"
+        )
+        + STUB_SOFTMAX,
+        attend=STUB_ATTEND,
+        notes=["assigns to _c.check"],
+    ),
+    Submission(
+        "h06_alias_by_function",
+        "replaces the checks inside a function it passes the module to",
+        softmax=(
+            "from attnlib import checks as mine\n\n\ndef quiet(m):\n"
+            "    setattr(m, 'check', lambda *a, **k: None)\n"
+            "    m.check_hidden = lambda *a, **k: None\n\n\nquiet(mine)\n\n\n"
+        )
+        + STUB_SOFTMAX,
+        attend=STUB_ATTEND,
+        notes=["assigns to m.check_hidden", "calls setattr()"],
+    ),
+    Submission(
+        "h07_relabelled",
+        "a solution cell re-marked as locked and not a solution, replacing the checks",
+        softmax=(
+            "import attnlib.checks\n\nattnlib.checks.check = lambda *a, **k: None\n"
+            "attnlib.checks.check_hidden = lambda *a, **k: None\n\n\n"
+        )
+        + STUB_SOFTMAX,
+        attend=STUB_ATTEND,
+        edit=_relabel_solution_as_locked,
+        notes=["changed this cell's locked", "assigns to attnlib.checks.check_hidden"],
+    ),
+    Submission(
+        "h08_input_transformer",
+        "an IPython input transformer that turns every later test cell into `pass`",
+        softmax=(
+            "def _blank(lines):\n"
+            "    text = ''.join(lines)\n"
+            "    return ['pass\\n'] if 'checks.check' in text else lines\n\n\n"
+            "get_ipython().input_transformers_post.append(_blank)\n\n\n"
+        )
+        + STUB_SOFTMAX,
+        attend=STUB_ATTEND,
+        notes=["input_transformers_post"],
+    ),
+    Submission(
+        "h09_events",
+        "an IPython pre_run_cell hook that replaces check_hidden before every cell",
+        softmax=(
+            "def _swap(*args):\n    import attnlib.checks as c\n\n"
+            "    c.check = c.check_hidden = lambda *a, **k: None\n\n\n"
+            "get_ipython().events.register('pre_run_cell', _swap)\n\n\n"
+        )
+        + STUB_SOFTMAX,
+        attend=STUB_ATTEND,
+        notes=["events"],
+    ),
+    Submission(
+        "h10_custom_exc",
+        "a custom exception handler that swallows the failing checks",
+        softmax=(
+            "def _hide(shell, etype, value, tb, tb_offset=None):\n    return None\n\n\n"
+            "get_ipython().set_custom_exc((Exception,), _hide)\n\n\n"
+        )
+        + WRONG_SOFTMAX,
+        attend=WRONG_ATTEND,
+        notes=["set_custom_exc"],
+    ),
+    Submission(
+        "h11_bytecode",
+        "plants bytecode for attnlib.checks._core that accepts anything",
+        softmax=(
+            "import os, py_compile, sys\n\n"
+            "_src = '/tmp/_core_fake.py'\n"
+            "with open(_src, 'w') as fh:\n"
+            "    fh.write('def run(*a, **k):\\n    raise SystemExit\\n')\n"
+            "_dest = os.path.join('{attnlib}', 'checks', '__pycache__', "
+            "'_core.cpython-%d%d.pyc' % sys.version_info[:2])\n"
+            "try:\n"
+            "    os.makedirs(os.path.dirname(_dest), exist_ok=True)\n"
+            "    py_compile.compile(_src, cfile=_dest)\n"
+            "    print('PLANTED')\n"
+            "except Exception as err:\n"
+            "    print('could not plant:', type(err).__name__)\n\n\n"
+        )
+        + STUB_SOFTMAX,
+        attend=STUB_ATTEND,
+        notes=["imports py_compile", "__pycache__"],
+    ),
+    Submission(
+        "h12_sqlite",
+        "opens gradebook.db with sqlite3 and zeroes another learner's grade",
+        softmax=(
+            "import sqlite3\n\n"
+            "for _path in ('{course}/gradebook.db', '../../../gradebook.db'):\n"
+            "    try:\n"
+            "        _db = sqlite3.connect(_path)\n"
+            '        _db.execute("UPDATE grade SET manual_score = 0")\n'
+            "        _db.commit()\n"
+            "        print('WROTE', _path)\n"
+            "    except Exception as err:\n"
+            "        print('no gradebook at', _path, type(err).__name__)\n\n\n"
+        )
+        + STUB_SOFTMAX,
+        attend=STUB_ATTEND,
+        notes=["imports sqlite3"],
+    ),
+    Submission(
+        "h13_library",
+        "builds attend on scaled_dot_product_attention and softmax on torch.softmax",
+        softmax=(
+            "import torch\n\n\ndef softmax(x):\n"
+            "    return torch.softmax(torch.as_tensor(x), dim=-1).numpy()\n"
+        ),
+        attend=(
+            "import torch\nimport torch.nn.functional as F\n\n\n"
+            "def attend(q, k, v, mask=None):\n"
+            "    q, k, v = (torch.as_tensor(a) for a in (q, k, v))\n"
+            "    m = None if mask is None else torch.as_tensor(mask)\n"
+            "    s = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5\n"
+            "    if m is not None:\n"
+            "        s = s.masked_fill(~m, float('-inf'))\n"
+            "    w = torch.nan_to_num(torch.softmax(s, dim=-1))\n"
+            "    out = F.scaled_dot_product_attention(q, k, v, attn_mask=m)\n"
+            "    return torch.nan_to_num(out).numpy(), w.numpy()\n"
+        ),
+        notes=["torch.softmax (a library function", "scaled_dot_product_attention"],
+    ),
+    Submission(
+        "h14_crash",
+        "kills its own kernel",
+        softmax="import os\n\n\ndef softmax(x):\n    os._exit(1)\n",
+        notes=["the kernel died", "uses os._exit"],
+    ),
+    Submission(
+        "h15_forged_outputs",
+        "replaces check_hidden with one that writes the reference's outputs to the exchange",
+        softmax=(
+            "import attnlib\nfrom attnlib import checks\nfrom attnlib.checks import grading\n\n\n"
+            "def _forge(name, fn):\n"
+            "    ref = checks.get_exercise(name).reference\n"
+            "    grading.record(name, ref, grading.exchange_folder())\n\n\n"
+            "checks.check_hidden = _forge\n"
+            "checks.check = lambda *a, **k: None\n\n\n"
+        )
+        + STUB_SOFTMAX,
+        attend=STUB_ATTEND,
+        notes=["assigns to checks.check_hidden"],
+    ),
+    Submission(
+        "h16_hide_calls",
+        "removes the profiling hook so that its call of the reference is not seen",
+        softmax=(
+            "import sys\nimport attnlib\n\n\ndef softmax(x):\n    sys.setprofile(None)\n"
+            "    return attnlib.softmax(x)\n"
+        ),
+        notes=["profiling hook"],
+    ),
+    Submission(
+        "h17_builtins",
+        "replaces builtins and a numpy function used by the checks",
+        softmax=(
+            "import builtins\nimport numpy\n\nbuiltins.isinstance = lambda *a: True\n"
+            "numpy.isclose = lambda a, b, **k: numpy.ones(numpy.shape(a), bool)\n\n\n"
+        )
+        + WRONG_SOFTMAX,
+        attend=WRONG_ATTEND,
+        notes=["assigns to builtins.isinstance"],
+    ),
+    Submission(
+        "h18_sys_modules",
+        "swaps attnlib.checks.grading in sys.modules for a fake",
+        softmax=(
+            "import sys, types\n\n_fake = types.ModuleType('attnlib.checks.grading')\n"
+            "_fake.verify = lambda *a, **k: None\n"
+            "sys.modules['attnlib.checks.grading'] = _fake\n\n\n"
+        )
+        + STUB_SOFTMAX,
+        attend=STUB_ATTEND,
+        notes=["uses sys.modules"],
+    ),
+    Submission(
+        "h19_escape",
+        "tries the network, the course folder and the library's sources from its kernel",
+        softmax=(
+            "import os, socket\n\n"
+            "for _p in ('{course}/gradebook.db', '{course}/submitted'):\n"
+            "    print(_p, os.path.exists(_p))\n"
+            "try:\n"
+            "    socket.create_connection(('127.0.0.1', 22), timeout=2)\n"
+            "except OSError as err:\n"
+            "    print('no network:', type(err).__name__)\n"
+            "try:\n"
+            "    open(os.path.join('{attnlib}', 'checks', '_core.py'), 'a').write('# x')\n"
+            "except OSError as err:\n"
+            "    print('read-only:', type(err).__name__)\n\n\n"
+        )
+        + STUB_SOFTMAX,
+        attend=STUB_ATTEND,
+        notes=["imports socket", "opens a file for writing"],
+    ),
+    Submission(
+        "h20_fake_cell",
+        "gives a solution cell a grade_id of its own invention",
+        attend=STUB_ATTEND,
+        edit=_fake_grade_id,
+        notes=["claims the grade_id 'l01-bonus-points'"],
+        status="NOT GRADED",  # nbgrader itself refuses the notebook: no score either
+    ),
+]
+
+# Honest work the grader must leave alone: full marks (or the points given), no flag.
+HONEST = [
+    Submission("ok_reference", "the instructor's solution", points=3),
+    Submission(
+        "ok_noisy",
+        "a correct solution that prints to stderr and warns",
+        softmax=(
+            "import sys\nimport warnings\n\nprint('defining softmax', file=sys.stderr)\n\n\n"
+            "def softmax(x):\n"
+            "    warnings.warn('a library warning', UserWarning, stacklevel=1)\n"
+            "    print('debug', file=sys.stderr)\n"
+            "    m = x.max(axis=-1, keepdims=True)\n"
+            "    e = np.exp(x - m)\n"
+            "    return e / e.sum(axis=-1, keepdims=True)\n"
+        ),
+        points=3,
+    ),
+    Submission(
+        "ok_torch",
+        "softmax from torch building blocks; attend on torch.softmax (allowed there)",
+        softmax=(
+            "import torch as T\n\n\ndef softmax(x):\n    t = T.as_tensor(x)\n"
+            "    e = T.exp(t - t.max(dim=-1, keepdim=True).values)\n"
+            "    return e / e.sum(dim=-1, keepdim=True)\n"
+        ),
+        attend=(
+            "import torch\n\n\ndef attend(q, k, v, mask=None):\n"
+            "    q, k, v = (torch.as_tensor(a) for a in (q, k, v))\n"
+            "    s = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5\n"
+            "    if mask is not None:\n"
+            "        s = s.masked_fill(~torch.as_tensor(mask), float('-inf'))\n"
+            "    w = torch.nan_to_num(torch.softmax(s, dim=-1))\n"
+            "    return w @ v, w\n"
+        ),
+        points=3,
+    ),
+    Submission(
+        "ok_magic_and_prints",
+        "uses %timeit and prints the inputs it is given (also in the hidden cases)",
+        softmax=(
+            "import numpy as xp\n\n\ndef softmax(x):\n    print('SHAPE-LEAK', x.shape)\n"
+            "    m = x.max(axis=-1, keepdims=True)\n    e = xp.exp(x - m)\n"
+            "    return e / e.sum(axis=-1, keepdims=True)\n\n\n"
+            "%timeit -n 1 -r 1 pass\n"
+        ),
+        points=3,
+    ),
+    Submission(
+        "ok_half",
+        "softmax right, attend wrong: 1 of 3 points",
+        attend=WRONG_ATTEND,
+        points=1,
+    ),
+]

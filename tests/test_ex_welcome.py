@@ -1,0 +1,60 @@
+"""The practice check of lesson 00: normalise_rows.
+
+The reference is compared with an independent oracle (a loop over rows in float64). That
+every known wrong variant is diagnosed as exactly its own misconception, that check() names
+it and that check_hidden() fails it, is tested for every exercise in
+tests/test_checks_registry.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from attnlib import checks
+from attnlib.checks import get_exercise
+
+
+def _loop_oracle(x):
+    flat = x.reshape(-1, x.shape[-1])
+    out = np.empty_like(flat)
+    for i, row in enumerate(flat):
+        total = 0.0
+        for value in row:
+            total += value
+        out[i] = row / total
+    return out.reshape(x.shape)
+
+
+def test_exercise_is_registered():
+    assert "normalise_rows" in checks.exercises()
+
+
+def test_reference_matches_a_loop_and_rows_sum_to_one():
+    ex = get_exercise("normalise_rows")
+    assert len(ex.cases(hidden=True)) > len(ex.cases()), "the grader has cases of its own"
+    for case in ex.cases(hidden=True):
+        (x,) = case.args
+        got = ex.reference(x)
+        np.testing.assert_allclose(got, _loop_oracle(x), rtol=1e-12, err_msg=case.label)
+        np.testing.assert_allclose(got.sum(axis=-1), 1.0, rtol=1e-12, err_msg=case.label)
+
+
+def test_cases_hold_one_row_a_square_and_a_non_square_matrix():
+    shapes = [case.args[0].shape for case in get_exercise("normalise_rows").cases()]
+    assert any(len(s) == 1 for s in shapes), "one row: the whole-array sum is right there"
+    assert any(len(s) == 2 and s[0] == s[1] for s in shapes), "square: keepdims-missing runs"
+    assert any(len(s) == 2 and s[0] != s[1] for s in shapes), "non-square: it raises"
+    assert any(len(s) == 3 for s in shapes), "a batch"
+
+
+def test_any_correct_implementation_passes(capsys):
+    def with_a_loop(x):
+        return _loop_oracle(x)
+
+    def with_a_division_by_a_column(x):
+        return x / x.sum(axis=-1)[..., None]
+
+    for fn in (with_a_loop, with_a_division_by_a_column):
+        assert checks.diagnose("normalise_rows", fn) == []
+        checks.check("normalise_rows", fn)
+    assert capsys.readouterr().out.count("✔ normalise_rows") == 2

@@ -1,0 +1,278 @@
+"""The sandbox every graded kernel runs in, and the verdict made outside it.
+
+* :mod:`attnlib.course.sandbox`: what a process inside sees and may do (run for real with
+  bubblewrap; skipped with the reason only where bwrap cannot run — CI installs it);
+* :mod:`attnlib.checks.grading`: the exchange of hidden-test inputs and outputs as plain
+  data, judged by the grader (no kernel needed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attnlib.checks import grading
+from attnlib.course import gradebook, sandbox
+
+ROOT = Path(__file__).resolve().parents[1]
+NO_SANDBOX = sandbox.unavailable()
+needs_sandbox = pytest.mark.skipif(
+    NO_SANDBOX is not None, reason=f"no bubblewrap sandbox here: {NO_SANDBOX}"
+)
+
+
+def good_softmax(x):
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+@pytest.fixture
+def box():
+    b = sandbox.Sandbox(slot=3)
+    yield b
+    b.cleanup()
+
+
+def _run_inside(box, code: str, timeout=60) -> dict:
+    (box.work / "probe.py").write_text(code)
+    box.hand_over(box.work)
+    argv = box.command([sys.executable, "probe.py"], log=False)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+PROBE = r"""
+import json, os, resource, socket, sys
+out = {"uid": os.getuid(), "cwd": os.getcwd(), "env": dict(os.environ)}
+def can_write(path):
+    try:
+        with open(path, "a"):
+            pass
+        return True
+    except OSError:
+        return False
+out["exists"] = {p: os.path.exists(p) for p in COURSE_PATHS}
+out["write"] = {p: can_write(p) for p in WRITE_PATHS}
+try:
+    socket.create_connection(("127.0.0.1", PORT), timeout=3).close()
+    out["net"] = "connected"
+except OSError as err:
+    out["net"] = type(err).__name__
+out["limits"] = {k: resource.getrlimit(getattr(resource, k))[0]
+                 for k in ("RLIMIT_AS", "RLIMIT_CPU", "RLIMIT_FSIZE")}
+import attnlib
+out["attnlib"] = attnlib.__file__
+print(json.dumps(out))
+"""
+
+
+@needs_sandbox
+def test_a_sandboxed_process_sees_only_its_folder_and_a_read_only_course(box, tmp_path):
+    course = tmp_path / "course"
+    (course / "submitted" / "someone").mkdir(parents=True)
+    (course / "gradebook.db").write_text("secret")
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    attnlib_dir = ROOT / "attnlib"
+    code = (
+        PROBE.replace("COURSE_PATHS", repr([str(course / "gradebook.db"), str(course)]))
+        .replace(
+            "WRITE_PATHS",
+            repr(
+                [
+                    str(attnlib_dir / "checks" / "_core.py"),
+                    str(attnlib_dir / "checks" / "__pycache__" / "x.pyc"),
+                    sys.prefix + "/x",
+                    str(box.exchange / "in" / "x.pkl"),
+                    str(box.exchange / "out" / "x"),
+                    str(box.work / "mine.txt"),
+                    "/tmp/scratch",
+                ]
+            ),
+        )
+        .replace("PORT", str(port))
+    )
+    try:
+        out = _run_inside(box, code)
+    finally:
+        listener.close()
+    assert out["exists"] == {str(course / "gradebook.db"): False, str(course): False}
+    w = out["write"]
+    assert not w[str(attnlib_dir / "checks" / "_core.py")]
+    assert not w[str(attnlib_dir / "checks" / "__pycache__" / "x.pyc")]
+    assert not w[sys.prefix + "/x"]
+    assert not w[str(box.exchange / "in" / "x.pkl")]  # the grader's inputs: read-only
+    assert w[str(box.exchange / "out" / "x")] and w[str(box.work / "mine.txt")]
+    assert w["/tmp/scratch"] and not Path("/tmp/scratch").exists()  # a private /tmp
+    assert out["net"] != "connected"  # its own network namespace: the host's port is not there
+    assert out["cwd"] == str(box.work)
+    assert out["env"]["PYTHONDONTWRITEBYTECODE"] == "1"
+    assert out["env"][grading.EXCHANGE_ENV] == str(box.exchange)
+    assert not {k for k in out["env"] if k.startswith("JPY_") or "TOKEN" in k.upper()}
+    assert out["limits"]["RLIMIT_AS"] == box.limits.memory_bytes
+    assert out["limits"]["RLIMIT_CPU"] == box.limits.cpu_seconds
+    assert out["limits"]["RLIMIT_FSIZE"] == box.limits.file_bytes
+    assert out["attnlib"].startswith(str(attnlib_dir))
+    if os.geteuid() == 0:
+        assert out["uid"] == sandbox.UID_BASE + 3
+
+
+def test_the_command_line_binds_no_course_folder(box, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sandbox, "bwrap_path", lambda: "/usr/bin/bwrap")
+    argv = box.command([sys.executable, "-m", "ipykernel_launcher", "-f", "k.json"])
+    assert argv[0] == "/usr/bin/bwrap"
+    for flag in ("--unshare-net", "--unshare-pid", "--die-with-parent", "--clearenv"):
+        assert flag in argv
+    binds = {argv[i + 1] for i, a in enumerate(argv) if a in ("--bind", "--ro-bind")}
+    assert str(ROOT) not in binds  # the checkout itself (gradebook.db, submitted/) is not
+    assert str(ROOT / "attnlib") in binds and str(tmp_path) not in binds
+    rw = {argv[i + 1] for i, a in enumerate(argv) if a == "--bind"}
+    assert rw == {str(box.root)}
+    assert argv[-5:] == [sys.executable, "-m", "ipykernel_launcher", "-f", "k.json"]
+
+
+@needs_sandbox
+def test_a_kernel_runs_in_the_sandbox_over_ipc_and_can_be_interrupted(box):
+    from jupyter_core.utils import run_sync
+
+    km = sandbox.SandboxKernelManager(kernel_name="key-vectors")
+    km.use(box, threads=1)
+    run_sync(km.start_kernel)()
+    kc = km.client()
+    try:
+        kc.start_channels()
+        run_sync(kc.wait_for_ready)(timeout=60)
+        assert km.transport == "ipc" and Path(km.connection_file).parent == box.run
+
+        def wait(msg_id, timeout=30):
+            texts, errors = [], []
+            while True:
+                msg = run_sync(kc.get_iopub_msg)(timeout=timeout)
+                if msg["parent_header"].get("msg_id") != msg_id:
+                    continue
+                if msg["msg_type"] == "stream":
+                    texts.append(msg["content"]["text"])
+                if msg["msg_type"] == "error":
+                    errors.append(msg["content"]["ename"])
+                if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                    return "".join(texts), errors
+
+        text, _ = wait(kc.execute("import os, time; print(os.getuid(), os.getcwd())"))
+        if os.geteuid() == 0:
+            assert text.split()[0] == str(sandbox.UID_BASE + 3)
+        assert text.split()[1] == str(box.work)
+        loop = kc.execute("while True:\n    time.sleep(0.01)")
+        import time
+
+        time.sleep(1.0)
+        run_sync(km.interrupt_kernel)()
+        assert wait(loop)[1] == ["KeyboardInterrupt"]
+        assert wait(kc.execute("print('alive')"))[0].strip() == "alive"
+    finally:
+        kc.stop_channels()
+        run_sync(km.shutdown_kernel)(now=True)
+
+
+def test_without_bubblewrap_grading_refuses_unless_told_unsafe(tmp_path, monkeypatch):
+    (tmp_path / "submitted").mkdir()
+    monkeypatch.setattr(gradebook, "sandbox_unavailable", lambda: "bwrap is not installed")
+    with pytest.raises(SystemExit, match="--unsafe-no-sandbox"):
+        gradebook.autograde(tmp_path, tmp_path)
+
+
+def test_unavailable_says_why(monkeypatch):
+    monkeypatch.setattr(sandbox, "bwrap_path", lambda: None)
+    sandbox.unavailable.cache_clear()
+    try:
+        assert "not installed" in sandbox.unavailable()
+    finally:
+        sandbox.unavailable.cache_clear()
+
+
+# ---- the verdict outside the kernel --------------------------------------------------------
+
+
+@pytest.fixture
+def exchange(tmp_path):
+    for sub in ("in", "out"):
+        (tmp_path / sub).mkdir()
+    return tmp_path
+
+
+def test_outputs_go_out_as_plain_data_and_the_grader_judges_them(exchange):
+    assert grading.write_inputs("softmax", exchange) == len(
+        grading.fresh_core().get_exercise("softmax").cases(hidden=True)
+    )
+    assert grading.record("softmax", good_softmax, exchange)
+    assert grading.judge("softmax", exchange).ok
+    files = sorted(p.name for p in (exchange / "out" / "softmax").iterdir())
+    assert "manifest.json" in files and all(f.endswith((".npy", ".json")) for f in files)
+
+    def wrong(x):  # softmax over the wrong axis
+        e = np.exp(x - x.max(axis=0, keepdims=True))
+        return e / e.sum(axis=0, keepdims=True)
+
+    grading.record("softmax", wrong, exchange)
+    verdict = grading.judge("softmax", exchange)
+    assert not verdict.ok and not verdict.review and "hidden tests failed" in verdict.message
+
+
+def test_missing_forged_or_hostile_outputs_earn_nothing_and_are_flagged(exchange):
+    verdict = grading.judge("softmax", exchange)  # check_hidden never ran
+    assert not verdict.ok and verdict.review and grading.TAMPER_TAG in verdict.message
+
+    grading.write_inputs("softmax", exchange)
+    grading.record("softmax", good_softmax, exchange)
+    folder = exchange / "out" / "softmax"
+    manifest = json.loads((folder / "manifest.json").read_text())
+    # a pickled object instead of an array is never unpickled
+    np.save(folder / "0.npy", np.array([object()]), allow_pickle=True)
+    verdict = grading.judge("softmax", exchange)
+    assert not verdict.ok and verdict.review
+    # a symlink out of the exchange folder is not followed
+    (folder / "0.npy").unlink()
+    (folder / "0.npy").symlink_to("/etc/hostname")
+    assert not grading.judge("softmax", exchange).ok
+    # fewer results than cases
+    grading.record("softmax", good_softmax, exchange)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["outputs"] = manifest["outputs"][:2]
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    assert "results for" in grading.judge("softmax", exchange).message
+    # tampering the kernel reported about itself only ever takes credit away
+    grading.record("softmax", good_softmax, exchange)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["tampering"] = ["numpy.isclose was rebound after the kernel started"]
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    verdict = grading.judge("softmax", exchange)
+    assert not verdict.ok and verdict.review
+
+
+def test_outside_a_graded_run_check_hidden_is_a_no_op_until_the_grader_asks(exchange, monkeypatch):
+    monkeypatch.setenv(grading.EXCHANGE_ENV, str(exchange))
+    from attnlib import checks
+
+    checks.check_hidden("softmax", lambda x: None)  # no inputs: nothing asked, nothing done
+    assert not (exchange / "out" / "softmax").exists()
+
+
+def test_library_equivalents_are_named_as_such_not_as_the_course_reference():
+    refused = grading.refused_calls("softmax")
+    assert refused["attnlib.core.softmax"] == grading.COURSE_REFERENCE
+    assert refused["torch.softmax"] == grading.LIBRARY_EQUIVALENT
+    assert "torch.softmax" not in grading.refused_calls("attend")  # allowed inside attend
+    assert (
+        grading.refused_calls("attend")["torch.nn.functional.scaled_dot_product_attention"]
+        == grading.LIBRARY_EQUIVALENT
+    )
