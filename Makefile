@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 # JupyterLab refuses to run as root without --allow-root (containers, CI, JupyterHub images).
 ROOT_FLAG := $(shell [ "$$(id -u)" = "0" ] && echo --allow-root)
 
-.PHONY: help setup lab test lint unit notebooks student release autograde feedback bench execute slides html clean
+.PHONY: help setup lab test lint unit notebooks student release autograde feedback report bench execute slides html clean
 
 help:
 	@echo "make lab        set up .venv (first time) and open JupyterLab on the lessons"
@@ -17,6 +17,7 @@ help:
 	@echo "make release    nbgrader: build student releases of the graded lessons"
 	@echo "make autograde  nbgrader: grade submitted/ (each kernel sandboxed; JOBS=N at once) and export grades.csv"
 	@echo "make feedback   nbgrader: feedback HTML for every graded submission into feedback/"
+	@echo "make report     class misconception report of autograded/ into build/report/ (HTML + CSV)"
 	@echo "make bench      print the performance table"
 	@echo "make slides     reveal.js decks of every lesson into build/slides/ (offline; needs npm)"
 	@echo "make html       standalone HTML handouts + index into build/html/ (no Python needed to open)"
@@ -60,6 +61,9 @@ autograde: setup
 
 feedback: setup
 	$(BIN)/python -m attnlib.course.gradebook feedback
+
+report: setup
+	$(BIN)/python -m attnlib.course.report
 
 bench: setup
 	$(BIN)/python -m attnlib.course.bench

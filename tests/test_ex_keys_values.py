@@ -21,7 +21,7 @@ from attnlib.checks import ex_keys_values as KV
 from attnlib.checks import get_exercise
 from attnlib.torch_mha import mha_forward
 
-EXERCISES = ("lookup_batch", "attention_backward", "mha_by_hand", "kv_prediction")
+EXERCISES = ("lookup_batch", "attention_backward", "mha_by_hand", "kv_prediction", *KV.PARTS)
 
 
 def test_exercises_are_registered():
@@ -32,7 +32,13 @@ CORRECT = {
     "lookup_batch": KV._lb_variant(),
     "attention_backward": KV._bw_variant(),
     "mha_by_hand": KV._mha_variant(),
-    "kv_prediction": lambda: np.array([True, False, False, True, True]),
+    "kv_prediction": KV.answers(
+        lambda: np.array([True, False, True, False, False, True, True, False])
+    ),
+    **{
+        part: KV.answers(lambda: np.array([True, False, True, False, False, True, True, False]))
+        for part in KV.PARTS
+    },
 }
 
 
@@ -149,32 +155,50 @@ def test_an_unknown_mistake_fails_without_a_diagnosis():
 
 
 def test_prediction_has_one_statement_per_answer():
-    assert len(KV.STATEMENTS) == len(KV.TRUTH) == 5
+    assert len(KV.STATEMENTS) == len(KV.TRUTH) == 8
     assert all(isinstance(t, bool) for t in KV.TRUTH)
+    assert sum(KV.TRUTH) == 4  # as many true as false: guessing "all true" earns half
 
 
-def test_prediction_names_the_flipped_statement():
+def test_the_parts_cover_every_statement_once_two_each():
+    covered = [s for part in KV.PARTS.values() for s in part]
+    assert sorted(covered) == list(range(1, 9))
+    assert all(len(part) == 2 for part in KV.PARTS.values())
+    for part, statements in KV.PARTS.items():
+        assert len(get_exercise(part).cases()) == len(statements)
+
+
+def test_a_part_names_the_flipped_statement_and_only_that_part_fails():
     wrong = list(KV.TRUTH)
-    wrong[1] = True  # "tied reaches 95 % too"
-    with pytest.raises(AssertionError, match=r"1 of 5 entries differ") as err:
-        checks.check("kv_prediction", lambda: np.array(wrong))
+    wrong[4] = True  # statement 5: "the tied head reaches 95 % too"
+    prediction = KV.answers(lambda: np.array(wrong))
+    with pytest.raises(AssertionError, match=r"statement 5") as err:
+        checks.check("kv_prediction_tied", prediction)
     assert "[tied-only-slower]" in str(err.value)
+    for part in ("kv_prediction_control", "kv_prediction_separate", "kv_prediction_width"):
+        assert checks.run(part, prediction).ok  # partial credit: the other parts still pass
 
 
-def test_prediction_with_several_wrong_answers_fails_without_a_diagnosis():
-    report = checks.run("kv_prediction", lambda: ~np.array(KV.TRUTH))
-    assert not report.ok and report.misconceptions == []
+def test_two_wrong_answers_in_a_part_are_both_named():
+    wrong = list(KV.TRUTH)
+    wrong[6], wrong[7] = not wrong[6], not wrong[7]
+    report = checks.run("kv_prediction_width", KV.answers(lambda: np.array(wrong)))
+    assert report.misconceptions == ["tied-key-ignores-content", "tying-is-impossible"]
+    report = checks.run("kv_prediction", KV.answers(lambda: ~np.array(KV.TRUTH)))
+    assert len(report.misconceptions) == 8
 
 
 @pytest.mark.parametrize(
     "bad",
     [
         lambda: "True",
-        lambda: np.array(KV.TRUTH[:4]),
+        lambda: np.array(KV.TRUTH[:1]),  # too short for every part
         lambda: None,
         lambda: np.array(KV.TRUTH, dtype=float),  # numbers, not booleans
         lambda: KV.TRUTH,  # a tuple, not an array
     ],
 )
-def test_malformed_predictions_fail(bad):
-    assert not checks.run("kv_prediction", bad).ok
+@pytest.mark.parametrize("part", ["kv_prediction", *KV.PARTS])
+def test_malformed_predictions_fail(bad, part):
+    report = checks.run(part, KV.answers(bad))
+    assert not report.ok and report.misconceptions == []

@@ -279,6 +279,10 @@ def test_train_retrieval_first_step_matches_manual_autograd():
     assert h["loss"][0] == pytest.approx(loss.item(), rel=1e-10)
     assert h["grad/W_q"][0] == pytest.approx(W_q.grad.norm().item(), rel=1e-10)
     assert h["entropy"][0] == pytest.approx(scaling.softmax_entropy(w.detach()).mean().item())
+    hit = (w.argmax(-1) == task.target[0]).double().mean().item()
+    assert h["on_target"][0] == pytest.approx(hit)
+    on_target = w[torch.arange(8), task.target[0]].mean().item()
+    assert h["weight_on_target"][0] == pytest.approx(on_target, rel=1e-12)
     h2 = scaling.train_retrieval(task, 1 / 16, d_k=64, seed=5, progress=False)
     np.testing.assert_array_equal(h["loss"], h2["loss"])  # deterministic
 

@@ -1,9 +1,14 @@
 """`make slides` / `make html` (attnlib.course.lecture): offline reveal.js decks and handouts.
 
 The builds run on copies of two real lessons in a temporary folder (all lessons take a
-minute; `make slides`/`make html` build them all). Built pages are parsed with
-html.parser: nothing loaded over http(s), every local script/stylesheet present, figures
-embedded as data:image/png, slide structure following the cells' slideshow metadata.
+minute; `make slides`/`make html` build them all), and on a small made-up lesson that uses
+every lecture convention: speaker notes (``slideshow.slide_type == "notes"``), alt text
+(``metadata["alt_text"]``, str or list), check cells (graded, tagged ``check``, asserts
+only), a stub and its check, harness markers, a progress line, an explorer still. Built
+pages are parsed with html.parser: nothing loaded over http(s), every local
+script/stylesheet present, figures embedded as data:image/png with their alt text, slide
+structure following the cells' slideshow metadata. tests/test_browser.py measures every
+slide of every lesson in Chromium.
 """
 
 from __future__ import annotations
@@ -17,10 +22,15 @@ import pytest
 from conftest import NOTEBOOKS, ROOT
 
 from attnlib.course.lecture import (
+    SLIDE_SIZE,
+    alt_text_problems,
+    alt_texts,
     build_handouts,
     build_slides,
     discover_lessons,
     index_html,
+    is_check_cell,
+    lecture_notebook,
     lesson_info,
     local_resources,
     remote_resources,
@@ -32,12 +42,14 @@ SAMPLE = ("00_welcome.ipynb", "03_attention.ipynb")
 
 
 class Page(HTMLParser):
-    """Title, h1 texts, <img> srcs, index links, and the reveal slide tree of one page."""
+    """Title, h1 texts, <img> srcs and alts, index links, notes, and the reveal slide tree."""
 
     def __init__(self, text: str):
         super().__init__(convert_charrefs=True)
         self.title, self.h1, self.imgs, self.links = "", [], [], []
-        self.top_sections, self.fragments = 0, 0
+        self.alts: list[str | None] = []
+        self.top_sections, self.fragments, self.notes = 0, 0, 0
+        self.section_cells: list[str | None] = []
         self._stack: list[str] = []
         self._in = None
         self._section_depth = 0
@@ -49,13 +61,17 @@ class Page(HTMLParser):
             self._in, self._buf = tag, ""
         if tag == "img":
             self.imgs.append(a.get("src", ""))
+            self.alts.append(a.get("alt"))
         if tag == "a" and a.get("href"):
             self.links.append(a["href"])
         if "fragment" in (a.get("class") or "").split():
             self.fragments += 1
+        if tag == "aside" and "notes" in (a.get("class") or "").split():
+            self.notes += 1
         if tag == "section":
             if self._section_depth == 0:
                 self.top_sections += 1
+            self.section_cells.append(a.get("data-cell"))
             self._section_depth += 1
 
     def handle_endtag(self, tag):
@@ -239,7 +255,9 @@ def test_without_solutions_hides_answers_and_keeps_other_outputs():
     for orig, cell in zip(nb.cells, hidden.cells, strict=True):
         if orig.cell_type != "code":
             continue
-        if orig.metadata.get("nbgrader", {}).get("solution"):
+        grading = orig.metadata.get("nbgrader", {})
+        if grading.get("solution") or grading.get("grade"):
+            # no answer, and no "✔ correct" printed under a stub that raises
             assert cell.outputs == []
         else:
             assert cell.outputs == orig.outputs
@@ -265,3 +283,242 @@ def test_handouts_hide_solutions_unless_asked(sample, tmp_path):
     student, teacher = page_text(student), page_text(teacher)
     assert all(a in teacher for a in answers)
     assert not [a for a in answers if a in student]
+
+
+# ------------------------------------------------------------------ the lecture conventions
+
+PNG_1PX = (
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0g"
+    "AAAABJRU5ErkJggg=="
+)
+NOTES = "Say this aloud: the query asks, every key answers with a score."
+DEFAULT_ALT = "No description has been provided for this image"
+
+
+def _md(text, kind="-", **meta):
+    return nbformat.v4.new_markdown_cell(text, metadata={"slideshow": {"slide_type": kind}, **meta})
+
+
+def _code(src, outputs=(), kind="-", n=None, **meta):
+    cell = nbformat.v4.new_code_cell(src, metadata={"slideshow": {"slide_type": kind}, **meta})
+    cell.outputs = [nbformat.from_dict(o) for o in outputs]
+    cell.execution_count = n
+    return cell
+
+
+def _image(text="<Figure size 1200x450 with 1 Axes>"):
+    return {
+        "output_type": "display_data",
+        "data": {"image/png": PNG_1PX, "text/plain": text},
+        "metadata": {},
+    }
+
+
+def _stream(text):
+    return {"output_type": "stream", "name": "stdout", "text": text}
+
+
+def demo_lesson():
+    """A made-up lesson that uses every convention the lecture build knows."""
+    grade = {
+        "grade": True,
+        "solution": False,
+        "locked": True,
+        "points": 1,
+        "grade_id": "l00-demo-check",
+        "schema_version": 3,
+    }
+    solution = {
+        "grade": False,
+        "solution": True,
+        "locked": False,
+        "grade_id": "l00-demo-solution",
+        "schema_version": 3,
+    }
+    cells = [
+        _md("# 00 · Demo lesson\n\n**Time**: ~10 minutes", "slide"),
+        _md(NOTES, "notes"),
+        _code("x = 1\nprint(x)", [_stream("1\n")], n=1),
+        _md("## 1 · Keys And Values, As Written", "slide"),
+        _code("plot.bars(w)", [_image()], n=2, alt_text="A bar chart of six weights."),
+        _code("two()", [_image(), _image()], n=3, alt_text=["First panel.", "Second panel."]),
+        _code("no_alt()", [_image()], n=4),
+        _code("assert x == 1\nfor i in range(2):\n    assert i < 2", n=5),
+        _code("print('only a check')", [_stream("only a check\n")], n=6, tags=["check"]),
+        _md("### Exercise 0.1 — demo\n\n**Goal** g. **Difficulty**: ★ · **Time**: ~1 min"),
+        _code(
+            "def demo(x):\n    ### BEGIN SOLUTION\n    return x + 41\n    ### END SOLUTION",
+            n=7,
+            nbgrader=solution,
+        ),
+        _code(
+            "from attnlib import checks\n\nchecks.check('demo', demo)",
+            [_stream("✔ demo: correct on all 3 cases\n")],
+            n=8,
+            nbgrader=grade,
+        ),
+        _code(
+            "# NBVAL_IGNORE_OUTPUT\nt = timed()  # noqa: E731\ny = [1,\n     2]  # fmt: skip",
+            [_stream("t\n")],
+            n=9,
+        ),
+        _code(
+            "h = train(model, steps=5, desc='demo')",
+            [
+                {
+                    "output_type": "display_data",
+                    "data": {"text/plain": "demo: 5 steps"},
+                    "metadata": {"attnlib": "progress"},
+                }
+            ],
+            n=10,
+        ),
+        _md("## Summary\n\n- done", "slide"),
+    ]
+    nb = nbformat.v4.new_notebook(cells=cells)
+    nb.metadata["kernelspec"] = {"name": "key-vectors", "display_name": "K", "language": "python"}
+    return nb
+
+
+def test_check_cells_and_alt_texts_are_recognised():
+    nb = demo_lesson()
+    checks = [i for i, c in enumerate(nb.cells) if is_check_cell(c)]
+    assert checks == [7, 8, 11]  # asserts only (a loop of asserts too), tag "check", graded
+    assert not is_check_cell(_code("x = 1\nassert x == 1"))  # computes: stays
+    assert not is_check_cell(_code("this is not python ("))
+    assert alt_texts(nb.cells[4]) == ["A bar chart of six weights."]
+    assert alt_texts(nb.cells[5]) == ["First panel.", "Second panel."]
+    assert alt_text_problems(nb) == ["cell 6: 1 image(s) without metadata['alt_text']"]
+    bad = _code("f()", [_image(), _image()], alt_text=["only one"])
+    nb2 = nbformat.v4.new_notebook(cells=[bad, _code("g()", [_image()], alt_text=3)])
+    assert alt_text_problems(nb2) == [
+        "cell 0: 1 alt texts for 2 images",
+        "cell 1: metadata['alt_text'] must be a str or a list of str, got 3",
+    ]
+
+
+def test_lecture_notebook_shapes_decks_and_handouts():
+    nb = demo_lesson()
+    deck = lecture_notebook(nb, slides=True)
+    kinds = [c.metadata["slideshow"]["slide_type"] for c in deck.cells]
+    assert [i for i, k in enumerate(kinds) if k == "skip"] == [7, 8, 11]
+    assert [c.metadata["slideshow"]["data"]["cell"] for c in deck.cells] == [
+        str(i) for i in range(len(nb.cells))
+    ]
+    assert deck.cells[12].source == "t = timed()\ny = [1,\n     2]"  # harness lines gone
+    assert deck.cells[13].outputs == []  # the progress line is not put on a slide
+    assert deck.cells[4].outputs[0].metadata["alt_text"] == "A bar chart of six weights."
+    assert [o.metadata["alt_text"] for o in deck.cells[5].outputs] == [
+        "First panel.",
+        "Second panel.",
+    ]
+    assert "raise NotImplementedError()" in deck.cells[10].source
+    handout = lecture_notebook(nb, slides=False)
+    assert handout.cells[11].outputs == []  # no ✔ under the stub
+    assert handout.cells[13].outputs[0].data["text/plain"] == "demo: 5 steps"
+    assert "slide_type" not in str(handout.cells[7].metadata.get("slideshow", {}).get("data", ""))
+    teacher = lecture_notebook(nb, slides=False, solutions=True)
+    assert teacher.cells[11].outputs[0].text.startswith("✔ demo")
+    assert "return x + 41" in teacher.cells[10].source
+    assert nb.cells[12].source.startswith("# NBVAL_IGNORE_OUTPUT")  # the input is unchanged
+
+
+@pytest.fixture(scope="module")
+def demo_dir(tmp_path_factory):
+    if not (NODE_MODULES / "reveal.js" / "dist" / "reveal.js").exists():
+        pytest.skip("node_modules/ is missing: run `npm ci` (make slides / make html do)")
+    nbdir = tmp_path_factory.mktemp("demo")
+    nbformat.write(demo_lesson(), nbdir / "00_demo.ipynb")
+    return nbdir
+
+
+def _text(page: str) -> str:
+    import html as _html
+
+    return _html.unescape(re.sub(r"<[^>]+>", "", page))
+
+
+def test_demo_deck_follows_the_conventions(demo_dir, tmp_path, capsys):
+    (deck_path,) = build_slides(demo_dir, tmp_path / "slides", NODE_MODULES)
+    assert "00_demo cell 6: 1 image(s) without metadata['alt_text']" in capsys.readouterr().err
+    deck = deck_path.read_text(encoding="utf-8")
+    page = Page(deck)
+    # speaker notes: the notes cell is an <aside class="notes">, not slide text
+    assert page.notes == 1
+    notes = re.search(r'<aside class="notes">(.*?)</aside>', deck, re.S).group(1)
+    assert NOTES in _text(notes)
+    # every image has its cell's alt text; the one without says nbconvert's default
+    assert page.alts == [
+        "A bar chart of six weights.",
+        "First panel.",
+        "Second panel.",
+        DEFAULT_ALT,
+    ]
+    text = _text(deck)
+    # checks, their ✔, harness markers and the progress line are not on any slide
+    for gone in (
+        "assert x == 1",
+        "only a check",
+        "checks.check",
+        "✔ demo",
+        "NBVAL_IGNORE_OUTPUT",
+        "noqa",
+        "fmt: skip",
+        "demo: 5 steps",
+    ):
+        assert gone not in text, gone
+    assert "raise NotImplementedError()" in text  # the stub is the exercise
+    # headings as written, 1280 x 720, code that wraps, data-cell on each slide
+    assert "Keys And Values, As Written" in text
+    assert "--r-heading-text-transform: none" in deck and "text-transform: none" in deck
+    assert f"var WIDTH = {SLIDE_SIZE[0]}, HEIGHT = {SLIDE_SIZE[1]};" in deck
+    assert "white-space: pre-wrap" in deck and "window.kvSlideFit" in deck
+    assert page.section_cells == ["0", "0", "3", "3", "14", "14"]  # slide, subslide
+    # the scroll fallback runs after MathJax has typeset the deck, never before
+    assert deck.index('StartupHook("End"') < deck.index("Reveal.initialize(")
+
+
+def test_demo_handouts_with_and_without_solutions(demo_dir, tmp_path):
+    (student,) = build_handouts(demo_dir, tmp_path / "s", NODE_MODULES)
+    (teacher,) = build_handouts(demo_dir, tmp_path / "t", NODE_MODULES, solutions=True)
+    s_page, s_text = Page(student.read_text()), _text(student.read_text())
+    assert s_page.alts == [
+        "A bar chart of six weights.",
+        "First panel.",
+        "Second panel.",
+        DEFAULT_ALT,
+    ]
+    assert NOTES in s_text  # a handout is read, not presented: the notes are its prose
+    assert "checks.check" in s_text and "✔ demo" not in s_text  # no ✔ under the stub
+    assert "demo: 5 steps" in s_text and "NBVAL_IGNORE_OUTPUT" not in s_text
+    t_text = _text(teacher.read_text())
+    assert "✔ demo: correct on all 3 cases" in t_text and "return x + 41" in t_text
+
+
+def _code_and_outputs(page: str) -> tuple[list[str], list[str]]:
+    """The text of every code block and of every text output of a built page."""
+    code = re.findall(r'<div class="highlight[^"]*">\s*<pre>(.*?)</pre>', page, re.S)
+    outs = re.findall(r'class="jp-RenderedText[^"]*"[^>]*>\s*<pre>(.*?)</pre>', page, re.S)
+    return [_text(c) for c in code], [_text(o) for o in outs]
+
+
+def test_real_decks_leave_checks_and_stub_check_pairs_out(sample, tmp_path):
+    for deck in build_slides(sample, tmp_path / "slides", NODE_MODULES):
+        nb = nbformat.read(sample / deck.name.replace(".slides.html", ".ipynb"), as_version=4)
+        code, _ = _code_and_outputs(deck.read_text(encoding="utf-8"))
+        shown = "\n".join(code)
+        checks = [c for c in nb.cells if is_check_cell(c)]
+        assert checks or deck.name.startswith("00_"), f"{deck.name}: no check cells?"
+        for cell in checks:
+            line = max(cell.source.splitlines(), key=len).strip()
+            assert line not in shown, f"{deck.name}: check cell on a slide: {line!r}"
+        # no visible code cell right after a stub prints a ✔
+        visible = [
+            c
+            for c in lecture_notebook(nb, slides=True).cells
+            if c.cell_type == "code" and c.metadata["slideshow"]["slide_type"] != "skip"
+        ]
+        for before, after in zip(visible, visible[1:], strict=False):
+            if "raise NotImplementedError()" in before.source:
+                printed = "".join(o.get("text", "") for o in after.outputs)
+                assert not printed.lstrip().startswith("✔"), f"{deck.name}: stub → ✔"

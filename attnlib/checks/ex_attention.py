@@ -515,7 +515,9 @@ def _read_attention(o, q, k, v):
     elif outs or ws:
         shown = ", ".join(
             str(p.shape) if p is not None else type(x).__name__
-            for p, x in zip(o.parts, o.value if isinstance(o.value, (tuple, list)) else [o.value])
+            for p, x in zip(
+                o.parts, o.value if isinstance(o.value, (tuple, list)) else [o.value], strict=True
+            )
         )
         found.append(
             Finding(
@@ -759,7 +761,7 @@ def _batch_findings(learner, sizes, base, square) -> list[Finding]:
         and pb.shape[1:] == p0.shape
         and close(pb[0], p0, rel=1e-6, abs_=1e-12)
         and close(pb[1], p1, rel=1e-6, abs_=1e-12)
-        for pb, p0, p1 in zip(ob.parts, base.parts, o1.parts)
+        for pb, p0, p1 in zip(ob.parts, base.parts, o1.parts, strict=True)
     )
     if consistent:
         return []
@@ -1236,17 +1238,17 @@ def _infer_padding(learner) -> list[Finding]:
                     found.append(
                         Finding(
                             "padding-inverted",
-                            f"for lengths {lengths} the pads are True and the real tokens "
-                            "False.",
+                            f"for lengths {lengths} the pads are True and the real tokens False.",
                         )
                     )
                 if offset:
                     n = "one more" if offset > 0 else "one fewer"
+                    note = " (read through the inversion)" if inverted else ""
                     found.append(
                         Finding(
                             "padding-off-by-one",
                             f"for lengths {lengths} each sequence has {n} real position "
-                            f"than its length{' (read through the inversion)' if inverted else ''}.",
+                            f"than its length{note}.",
                         )
                     )
                 return found

@@ -163,9 +163,9 @@ def _infer_split(learner) -> list[Finding]:
             Finding(
                 "heads-reshape-without-transpose",
                 f"the shape is right, {y.shape}, but the numbers are in the input's memory "
-                f"order: 'head' 0 holds positions 0..{seq - 1}'s features mixed "
-                f"(its first row is {y[0, 0, 0].astype(int).tolist()}, the features "
-                f"0..{d_head - 1} of position 0; its second row {y[0, 0, 1].astype(int).tolist()}).",
+                f"order: 'head' 0, position 1 holds {y[0, 0, 1].astype(int).tolist()} — "
+                f"features {d_head}..{2 * d_head - 1} of position 0, not features "
+                f"0..{d_head - 1} of position 1.",
             )
         ]
     return []
@@ -284,6 +284,8 @@ def _infer_merge(learner) -> list[Finding]:
         if not np.array_equal(x.transpose(perm).reshape(y.shape), y):
             continue
         read = f"({', '.join(names[i] for i in perm)})"
+        if perm == (0, 2, 1, 3):
+            return []  # the right order: whatever is wrong, it is not where numbers went
         if perm == (0, 1, 2, 3):
             return [
                 Finding(

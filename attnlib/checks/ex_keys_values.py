@@ -284,7 +284,8 @@ def _infer_backward(learner) -> list[Finding]:
                 )
             )
         unscaled = [
-            grad for grad, g, ok in (("dq", g_q, ok_q), ("dk", g_kt, ok_kt), ("dk", g_kn, ok_kn))
+            grad
+            for grad, g, ok in (("dq", g_q, ok_q), ("dk", g_kt, ok_kt), ("dk", g_kn, ok_kn))
             if ok and abs(g - 1.0) < 1e-6
         ]
         if unscaled:
@@ -477,7 +478,9 @@ def _mha_probe(
         return torch.randn(*shape, generator=g, dtype=torch.float64)
 
     (batch, seq_q, seq_k), d_model, n_heads = sizes, 6, 2
-    shape = (lambda seq: (batch, seq, d_model)) if batch_first else (lambda seq: (seq, batch, d_model))
+    shape = (
+        (lambda seq: (batch, seq, d_model)) if batch_first else (lambda seq: (seq, batch, d_model))
+    )
     query, key, value = r(*shape(seq_q)), r(*shape(seq_k)), r(*shape(seq_k))
     w_in, b_in = r(3 * d_model, d_model) * d_model**-0.5, r(3 * d_model) * 0.5
     w_out = torch.eye(d_model, dtype=torch.float64) * out_weight
@@ -535,7 +538,10 @@ def _infer_mha(learner) -> list[Finding]:
                     )  # fmt: skip
                     with torch.no_grad():
                         c_out, c_w = fn(*torch_args)
-                    if not (close(c_out.numpy(), out, 1e-7, 1e-10) and close(c_w.numpy(), w, 1e-7, 1e-10)):
+                    if not (
+                        close(c_out.numpy(), out, 1e-7, 1e-10)
+                        and close(c_w.numpy(), w, 1e-7, 1e-10)
+                    ):
                         continue
                     if order != "qkv":
                         roles = ", ".join(order.upper())

@@ -1001,7 +1001,7 @@ def _scan_autograded(path: Path, outcome: Outcome) -> None:
             elif ename == RESTART_ENAME:
                 outcome.notes.append(f"{where}: stuck after the timeout (restarted, rest graded)")
             for line in evalue.splitlines():
-                if TAMPER_TAG in line:
+                if TAMPER_TAG in line or "Leave the checks alone" in line:
                     outcome.needs_review = True
                     outcome.notes.append(f"{where}: hidden test found tampering: {line[:1200]}")
                 elif (

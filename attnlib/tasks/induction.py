@@ -93,7 +93,7 @@ __all__ = [
 N_TOKENS = 50  # random tokens 0..49
 BOS = N_TOKENS  # the start token, id 50
 VOCAB = N_TOKENS + 1
-MIN_LENGTH, MAX_LENGTH = 2, 20
+MIN_LENGTH, MAX_LENGTH = 1, 20
 CONFIG = {"vocab": VOCAB, "d_model": 64, "n_heads": 2, "d_head": 16}
 TRAINING = {"steps": 2000, "batch": 32, "lr": 3e-3, "seed": 0}
 CHANCE = math.log(N_TOKENS)  # loss of a uniform guess over the 50 tokens, in nats
@@ -258,6 +258,11 @@ class InductionModel(nn.Module):
                 setattr(self, f"{name}{layer}", nn.Linear(d_model, width, bias=False))
             setattr(self, f"W_o{layer}", nn.Linear(width, d_model, bias=False))
         self.unembed = nn.Linear(d_model, vocab, bias=False)
+        # Every matrix starts N(0, 1/fan_in), so a random unit-length input keeps a length of
+        # about 1 through each projection; embeddings start with length about 1 too.
+        for name, p in self.named_parameters():
+            fan_in = p.shape[1] if name != "embed.weight" else d_model
+            nn.init.normal_(p, std=fan_in**-0.5)
 
     def weight(self, name: str, layer: int) -> torch.Tensor:
         """A projection as a row-vector matrix: ``W_q``, ``W_k``, ``W_v`` (d_model, width),
@@ -469,7 +474,8 @@ def train_model(
             first, rep = query_positions(length)
             extras = {
                 "first": losses[:, first].mean().item(),
-                "repeated": losses[:, rep].mean().item(),
+                # length 1 ("BOS a a") has no repeated-half prediction: NaN in the log
+                "repeated": losses[:, rep].mean().item() if rep.numel() else math.nan,
                 "length": length,
             }
             return losses.mean(), extras
@@ -538,13 +544,19 @@ def read_log(path: str | Path = LOG_PATH) -> dict[str, np.ndarray]:
     return log
 
 
-def running_mean(x: np.ndarray, window: int) -> np.ndarray:
-    """Mean of the last ``window`` entries at every step (fewer at the start)."""
+def running_mean(x, window: int) -> np.ndarray:
+    """Mean of the last ``window`` entries at every step (fewer at the start); NaN entries
+    (steps without a value) are left out of the means."""
+    window = check_int("running_mean", "window", window, minimum=1)
     x = np.asarray(x, dtype=np.float64)
-    c = np.concatenate([[0.0], np.cumsum(x)])
+    have = np.isfinite(x)
+    total = np.concatenate([[0.0], np.cumsum(np.where(have, x, 0.0))])
+    count = np.concatenate([[0], np.cumsum(have)])
     idx = np.arange(1, len(x) + 1)
     lo = np.maximum(idx - window, 0)
-    return (c[idx] - c[lo]) / (idx - lo)
+    n = count[idx] - count[lo]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n > 0, (total[idx] - total[lo]) / np.maximum(n, 1), np.nan)
 
 
 def phase_change_step(log: dict, column: str = "repeated", window: int = 50) -> int:

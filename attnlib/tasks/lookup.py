@@ -463,8 +463,9 @@ def token_scores(model: LookupAttention, n_names: int, n_numbers: int) -> torch.
     name ``n``. Scores are what attention uses of the keys: replacing ``W_k`` by ``W_k A``
     and ``W_q`` by ``W_q A^{-T}`` (any invertible ``A``) changes the keys but not this table.
     """
-    tokens, _, _ = all_tokens(n_names, n_numbers)  # (n_tokens, d_model)
-    queries = torch.cat([torch.eye(n_names), torch.zeros(n_names, n_numbers)], dim=1)
+    dtype = model.W_q.weight.dtype
+    tokens = all_tokens(n_names, n_numbers)[0].to(dtype)  # (n_tokens, d_model)
+    queries = torch.cat([torch.eye(n_names), torch.zeros(n_names, n_numbers)], dim=1).to(dtype)
     with torch.no_grad():
         q = model.W_q(queries)  # (n_names, d_head)
         k, _ = model.keys_values(tokens)  # (n_tokens, d_head)
@@ -478,7 +479,7 @@ def token_readout(model: LookupAttention, n_names: int, n_numbers: int) -> torch
     read-out's bias, the same for every token). Replacing ``W_v`` by ``W_v B`` and ``W_o``
     by ``B^{-1} W_o`` changes the values but not this table.
     """
-    tokens, _, _ = all_tokens(n_names, n_numbers)
+    tokens = all_tokens(n_names, n_numbers)[0].to(model.W_v.weight.dtype)
     with torch.no_grad():
         _, v = model.keys_values(tokens)  # (n_tokens, d_head)
         return v @ model.W_o.weight.T  # (n_tokens, n_numbers)

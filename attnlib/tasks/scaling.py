@@ -457,8 +457,9 @@ def train_retrieval(
     Returns
     -------
     History with ``loss``, ``grad/W_q``, ``grad/W_k`` (norms of their gradients), and per
-    step ``entropy`` (mean), ``max_weight`` (mean) and ``grad_scores_median`` (median over
-    the batch of ‖∂loss/∂scores‖ of a row).
+    step ``entropy`` (mean), ``max_weight`` (mean), ``grad_scores_median`` (median over
+    the batch of ‖∂loss/∂scores‖ of a row), ``on_target`` (the share of examples whose
+    largest weight is on the target item) and ``weight_on_target`` (mean weight on it).
     """
     scale = check_number("train_retrieval", "scale", scale, minimum=0)
     d_k = check_int("train_retrieval", "d_k", d_k, minimum=1)
@@ -481,10 +482,13 @@ def train_retrieval(
             p = w[:, 0]  # (batch, seq_k)
             g_w = 2.0 / len(p) * torch.einsum("bv,bkv->bk", out[:, 0] - want, v)  # ∂loss/∂w
             g_s = softmax_vjp(p, g_w).norm(dim=-1)  # (batch,)
+            target = task.target[i]  # (batch,): the item each query asks for
             extras = {
                 "entropy": float(softmax_entropy(p).mean()),
                 "max_weight": float(p.max(-1).values.mean()),
                 "grad_scores_median": float(g_s.median()),
+                "on_target": float((p.argmax(-1) == target).double().mean()),
+                "weight_on_target": float(p[torch.arange(len(p)), target].mean()),
             }
         return loss, extras
 

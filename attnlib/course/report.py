@@ -1,0 +1,457 @@
+"""The class misconception report: what a lecturer reads before the next class.
+
+    python -m attnlib.course.report                 # the course folder's autograded/
+    python -m attnlib.course.report --course DIR --out DIR
+
+``make report`` runs it after ``make autograde``. It reads every graded notebook,
+``autograded/<student>/<lesson>/<lesson>.ipynb`` (nbgrader's layout), finds the check
+cells (graded, locked cells calling ``checks.check``), and reads what each check said
+from the cell's outputs — the result lines documented in :mod:`attnlib.checks._core`:
+
+* ``✔ <exercise>: correct on all N cases`` and no error: correct;
+* an ``AssertionError`` whose message ends ``Diagnosis for <exercise>: <id>, <id>``
+  (the visible check) or says ``hidden tests failed ... (probable mistake: <id>, ...)``
+  (the grader's hidden tests): wrong, with the misconceptions found;
+  ``Diagnosis for <exercise>: unrecognised``: wrong, no known mistake explains it;
+* ``✘ <exercise>: not written yet``: the stub was left in place (not submitted);
+* ``[needs-review]`` / ``[calls-reference]`` / a call of a refused function: needs review.
+
+A learner whose lesson was submitted (``submitted/<student>/<lesson>/``) but has no
+autograded notebook is counted as "not graded".
+
+It writes, under ``build/report/`` (or ``--out``):
+
+* ``index.html`` — one offline page (no scripts, no network): per lesson and exercise,
+  how many learners submitted and how many were correct, each misconception with its
+  count, its explanation and who made it, and a bar chart (PNG embedded in the page,
+  Okabe–Ito colours, fonts of 12 pt and more, alt text on every image); at the top, the
+  mistakes to reteach, most frequent first ("12 of 30 masked after the softmax");
+* ``misconceptions.csv`` — the same counts, one row per (lesson, exercise, what, id):
+  ``what`` is ``submitted``, ``correct``, ``misconception`` (``id`` set),
+  ``unrecognised``, ``not-written``, ``needs-review`` or ``not-graded``; ``count`` of
+  ``of`` learners of that lesson, and ``learners`` (student ids joined by ``;``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import csv
+import html
+import io
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from attnlib import checks
+from attnlib.course.lessons import course_root
+
+__all__ = [
+    "CSV_FIELDS",
+    "OKABE_ITO",
+    "ExerciseSummary",
+    "Row",
+    "bar_chart",
+    "build",
+    "collect",
+    "main",
+    "read_notebook",
+]
+
+#: Okabe & Ito's colour-blind-safe palette (orange, sky blue, bluish green, yellow, blue,
+#: vermillion, reddish purple, black).
+OKABE_ITO = ("#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#000000")
+COLOURS = {
+    "correct": "#009E73",
+    "misconception": "#D55E00",
+    "unrecognised": "#E69F00",
+    "not-written": "#56B4E9",
+    "needs-review": "#CC79A7",
+    "not-graded": "#000000",
+}
+FONT = {"font.size": 13, "axes.titlesize": 15, "axes.labelsize": 13, "xtick.labelsize": 13,
+        "ytick.labelsize": 13, "legend.fontsize": 13}  # fmt: skip
+CSV_FIELDS = ["lesson", "exercise", "what", "id", "count", "of", "learners", "explanation"]
+
+_CHECK_CALL = re.compile(r"""checks\.check(?:_hidden)?\(\s*["'](\w+)["']""")
+
+
+@dataclass
+class Row:
+    """One learner's result on one exercise."""
+
+    student: str
+    status: str  # correct | wrong | not written | needs review | not graded | unknown
+    ids: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ExerciseSummary:
+    """The class on one exercise of one lesson."""
+
+    lesson: str
+    exercise: str
+    rows: list[Row] = field(default_factory=list)
+
+    def who(self, status: str) -> list[str]:
+        return sorted(r.student for r in self.rows if r.status == status)
+
+    @property
+    def learners(self) -> int:
+        return len(self.rows)
+
+    @property
+    def submitted(self) -> list[str]:
+        return sorted(r.student for r in self.rows if r.status not in ("not written", "not graded"))
+
+    @property
+    def unrecognised(self) -> list[str]:
+        return sorted(r.student for r in self.rows if r.status == "wrong" and not r.ids)
+
+    def misconceptions(self) -> list[tuple[str, list[str]]]:
+        """(id, learners) for every misconception found, most frequent first."""
+        by_id: dict[str, list[str]] = {}
+        for r in self.rows:
+            for mid in r.ids:
+                by_id.setdefault(mid, []).append(r.student)
+        order = _registry_order(self.exercise)
+        return sorted(
+            ((mid, sorted(s)) for mid, s in by_id.items()),
+            key=lambda item: (-len(item[1]), order.get(item[0], 999), item[0]),
+        )
+
+
+def _registry_order(exercise: str) -> dict[str, int]:
+    try:
+        return {m.id: i for i, m in enumerate(checks.get_exercise(exercise).misconceptions)}
+    except KeyError:
+        return {}
+
+
+def _explanation(exercise: str, mid: str) -> str:
+    try:
+        text = checks.explanation(exercise, mid)
+    except KeyError:
+        return ""
+    first = re.split(r"(?<=[.!?])\s", text, maxsplit=1)[0]
+    return first
+
+
+# ----------------------------------------------------------------------------------------
+# Reading graded notebooks
+# ----------------------------------------------------------------------------------------
+
+
+def _outputs_text(cell) -> tuple[str, list[str]]:
+    """(all text of the cell's outputs, the error names)."""
+    parts, errors = [], []
+    for out in cell.get("outputs", []):
+        kind = out.get("output_type")
+        if kind == "stream":
+            text = out.get("text", "")
+            parts.append(text if isinstance(text, str) else "".join(text))
+        elif kind == "error":
+            errors.append(str(out.get("ename", "Error")))
+            parts.append(str(out.get("evalue", "")))
+        elif kind in ("execute_result", "display_data"):
+            plain = out.get("data", {}).get("text/plain", "")
+            parts.append(plain if isinstance(plain, str) else "".join(plain))
+    return "\n".join(parts), errors
+
+
+def read_notebook(path: Path) -> dict[str, checks.Result]:
+    """What the check cells of one graded notebook said, by exercise."""
+    nb = nbformat.read(path, as_version=4)
+    results: dict[str, checks.Result] = {}
+    for cell in nb.cells:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if cell.cell_type != "code" or not meta.get("grade") or meta.get("solution"):
+            continue
+        names = list(dict.fromkeys(_CHECK_CALL.findall(cell.source)))
+        if not names:
+            continue
+        text, errors = _outputs_text(cell)
+        found = checks.read_results(text)
+        for name in names:
+            if name in found:
+                results[name] = found[name]
+            elif errors:  # failed in a way no check reported (a NameError, a timeout...)
+                results[name] = checks.Result(name, "wrong")
+            else:
+                results[name] = checks.Result(name, "unknown")
+        # A later exercise of the same cell after a failing one did not run: unknown.
+    return results
+
+
+def _lesson_dirs(root: Path) -> Iterable[tuple[str, str, Path]]:
+    """(student, lesson, folder) for every root/<student>/<lesson>/ with a notebook."""
+    if not root.is_dir():
+        return
+    for student in sorted(p for p in root.iterdir() if p.is_dir()):
+        for lesson in sorted(p for p in student.iterdir() if p.is_dir()):
+            if any(lesson.glob("*.ipynb")):
+                yield student.name, lesson.name, lesson
+
+
+def collect(course: Path) -> list[ExerciseSummary]:
+    """Every (lesson, exercise) of a graded class, with each learner's result."""
+    course = Path(course)
+    graded: dict[tuple[str, str], dict[str, checks.Result]] = {}
+    for student, lesson, folder in _lesson_dirs(course / "autograded"):
+        path = folder / f"{lesson}.ipynb"
+        if not path.exists():
+            path = sorted(folder.glob("*.ipynb"))[0]
+        try:
+            graded[(lesson, student)] = read_notebook(path)
+        except Exception:  # noqa: BLE001 - an unreadable notebook is reported, not fatal
+            graded[(lesson, student)] = {}
+    submitted = {(lesson, student) for student, lesson, _ in _lesson_dirs(course / "submitted")}
+    lessons = sorted({lesson for lesson, _ in graded} | {lesson for lesson, _ in submitted})
+    summaries = []
+    for lesson in lessons:
+        students = sorted(
+            {s for (ls, s) in graded if ls == lesson} | {s for (ls, s) in submitted if ls == lesson}
+        )
+        names: list[str] = []
+        for s in students:
+            for name in graded.get((lesson, s), {}):
+                if name not in names:
+                    names.append(name)
+        for name in names:
+            summary = ExerciseSummary(lesson, name)
+            for s in students:
+                if (lesson, s) not in graded:
+                    summary.rows.append(Row(s, "not graded"))
+                    continue
+                r = graded[(lesson, s)].get(name)
+                if r is None:
+                    summary.rows.append(Row(s, "unknown"))
+                else:
+                    summary.rows.append(Row(s, r.status, list(r.ids)))
+            summaries.append(summary)
+    return summaries
+
+
+# ----------------------------------------------------------------------------------------
+# Figures, CSV and the page
+# ----------------------------------------------------------------------------------------
+
+
+def _bars(summary: ExerciseSummary) -> list[tuple[str, int, str]]:
+    """(label, count, category) of every bar of an exercise's chart, top to bottom."""
+    bars = [("correct", len(summary.who("correct")), "correct")]
+    bars += [(mid, len(who), "misconception") for mid, who in summary.misconceptions()]
+    for label, who, category in (
+        ("unrecognised mistake", summary.unrecognised, "unrecognised"),
+        ("not written", summary.who("not written"), "not-written"),
+        ("needs review", summary.who("needs review"), "needs-review"),
+        ("not graded", summary.who("not graded"), "not-graded"),
+    ):
+        if who:
+            bars.append((label, len(who), category))
+    return bars
+
+
+def alt_text(summary: ExerciseSummary) -> str:
+    counts = "; ".join(f"{label} {n}" for label, n, _ in _bars(summary))
+    return (
+        f"Bar chart of {summary.exercise} in {summary.lesson}, {summary.learners} learners: "
+        f"{counts}."
+    )
+
+
+def bar_chart(summary: ExerciseSummary):
+    """The chart of one exercise: a matplotlib Figure (no pyplot, no global state)."""
+    import matplotlib as mpl
+    from matplotlib.figure import Figure
+
+    bars = _bars(summary)
+    with mpl.rc_context(FONT):
+        fig = Figure(figsize=(8.0, 1.2 + 0.55 * len(bars)), layout="constrained")
+        ax = fig.add_subplot()
+        labels = [label for label, _, _ in bars]
+        values = [n for _, n, _ in bars]
+        ys = list(range(len(bars)))[::-1]
+        ax.barh(ys, values, color=[COLOURS[c] for _, _, c in bars], height=0.65)
+        ax.set_yticks(ys, labels)
+        n = max(summary.learners, 1)
+        ax.set_xlim(0, n * 1.12)
+        for y, v in zip(ys, values, strict=True):
+            ax.text(v + n * 0.01, y, f"{v} of {summary.learners}", va="center")
+        ax.set_xlabel("learners")
+        ax.set_title(f"{summary.exercise} · {summary.lesson}", loc="left")
+        ax.spines[["top", "right"]].set_visible(False)
+    return fig
+
+
+def _png(fig) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def csv_rows(summaries: list[ExerciseSummary]) -> list[dict]:
+    rows = []
+    for s in summaries:
+
+        def row(what, who, mid="", explanation="", s=s):
+            return {
+                "lesson": s.lesson, "exercise": s.exercise, "what": what, "id": mid,
+                "count": len(who), "of": s.learners, "learners": ";".join(who),
+                "explanation": explanation,
+            }  # fmt: skip
+
+        rows.append(row("submitted", s.submitted))
+        rows.append(row("correct", s.who("correct")))
+        for mid, who in s.misconceptions():
+            rows.append(row("misconception", who, mid, _explanation(s.exercise, mid)))
+        rows.append(row("unrecognised", s.unrecognised))
+        rows.append(row("not-written", s.who("not written")))
+        rows.append(row("needs-review", s.who("needs review")))
+        rows.append(row("not-graded", s.who("not graded")))
+    return rows
+
+
+_CSS = """
+body { font-family: system-ui, sans-serif; font-size: 16px; max-width: 60rem; margin: 2rem auto;
+       padding: 0 1rem; color: #111; line-height: 1.45; }
+h1 { font-size: 1.8rem; } h2 { font-size: 1.45rem; margin-top: 2.5rem; }
+h3 { font-size: 1.2rem; margin-top: 2rem; }
+table { border-collapse: collapse; margin: 0.5rem 0 1rem; }
+th, td { border-bottom: 1px solid #ccc; padding: 0.3rem 0.7rem; text-align: left;
+         vertical-align: top; }
+code { font-size: 0.95em; } img { max-width: 100%; height: auto; }
+.count { white-space: nowrap; font-weight: 600; } .who { color: #333; font-size: 0.95em; }
+"""
+
+
+def _e(x) -> str:
+    return html.escape(str(x))
+
+
+def page(summaries: list[ExerciseSummary], title: str = "Class misconception report") -> str:
+    out = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>{_e(title)}</h1>",
+    ]
+    if not summaries:
+        out.append("<p>No graded notebooks were found.</p></body></html>")
+        return "\n".join(out)
+    reteach = [
+        (len(who), s, mid, who)
+        for s in summaries
+        for mid, who in s.misconceptions()
+    ]  # fmt: skip
+    reteach.sort(key=lambda t: (-t[0], t[1].lesson, t[1].exercise, t[2]))
+    out.append("<h2>What to reteach</h2>")
+    if reteach:
+        out.append("<table><tr><th>learners</th><th>lesson · exercise</th><th>mistake</th></tr>")
+        for n, s, mid, _ in reteach[:12]:
+            out.append(
+                f'<tr><td class="count">{n} of {s.learners}</td>'
+                f"<td>{_e(s.lesson)} · <code>{_e(s.exercise)}</code></td>"
+                f"<td><code>{_e(mid)}</code> — {_e(_explanation(s.exercise, mid))}</td></tr>"
+            )
+        out.append("</table>")
+    else:
+        out.append("<p>No misconception was found in this class.</p>")
+    for lesson in dict.fromkeys(s.lesson for s in summaries):
+        out.append(f"<h2>{_e(lesson)}</h2>")
+        out.append(
+            "<table><tr><th>exercise</th><th>learners</th><th>submitted</th><th>correct</th>"
+            "<th>most frequent mistake</th></tr>"
+        )
+        mine = [s for s in summaries if s.lesson == lesson]
+        for s in mine:
+            top = s.misconceptions()[:1]
+            top_txt = f"<code>{_e(top[0][0])}</code> ({len(top[0][1])})" if top else "—"
+            out.append(
+                f"<tr><td><code>{_e(s.exercise)}</code></td><td>{s.learners}</td>"
+                f"<td>{len(s.submitted)}</td><td>{len(s.who('correct'))}</td><td>{top_txt}</td></tr>"
+            )
+        out.append("</table>")
+        for s in mine:
+            out.append(f"<h3><code>{_e(s.exercise)}</code></h3>")
+            out.append(
+                f"<p>{len(s.submitted)} of {s.learners} learners submitted; "
+                f"{len(s.who('correct'))} of {s.learners} were correct.</p>"
+            )
+            out.append(
+                f'<img src="data:image/png;base64,{_png(bar_chart(s))}" alt="{_e(alt_text(s))}">'
+            )
+            rows = s.misconceptions()
+            extra = [
+                ("unrecognised mistake", s.unrecognised, "wrong, but no known mistake explains it"),
+                ("not written", s.who("not written"), "the stub was left in place"),
+                ("needs review", s.who("needs review"), "flagged by the grader: look by hand"),
+                ("not graded", s.who("not graded"), "submitted, but no graded notebook"),
+            ]
+            if rows or any(who for _, who, _ in extra):
+                out.append(
+                    "<table><tr><th>learners</th><th>mistake</th><th>what it means</th>"
+                    "<th>who</th></tr>"
+                )
+                for mid, who in rows:
+                    out.append(
+                        f'<tr><td class="count">{len(who)} of {s.learners}</td>'
+                        f"<td><code>{_e(mid)}</code></td>"
+                        f"<td>{_e(_explanation(s.exercise, mid))}</td>"
+                        f'<td class="who">{_e(", ".join(who))}</td></tr>'
+                    )
+                for label, who, meaning in extra:
+                    if who:
+                        out.append(
+                            f'<tr><td class="count">{len(who)} of {s.learners}</td>'
+                            f"<td>{_e(label)}</td><td>{_e(meaning)}</td>"
+                            f'<td class="who">{_e(", ".join(who))}</td></tr>'
+                        )
+                out.append("</table>")
+    out.append("</body></html>")
+    return "\n".join(out)
+
+
+def build(
+    course: Path, out: Path | None = None, summaries: list[ExerciseSummary] | None = None
+) -> tuple[Path, Path]:
+    """Write ``index.html`` and ``misconceptions.csv``; return their paths."""
+    course = Path(course)
+    out = Path(out) if out is not None else course / "build" / "report"
+    summaries = collect(course) if summaries is None else summaries
+    out.mkdir(parents=True, exist_ok=True)
+    csv_path = out / "misconceptions.csv"
+    with csv_path.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=CSV_FIELDS)
+        writer.writeheader()
+        writer.writerows(csv_rows(summaries))
+    html_path = out / "index.html"
+    html_path.write_text(page(summaries), encoding="utf-8")
+    return html_path, csv_path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m attnlib.course.report",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--course", type=Path, default=None, help="the graded course folder")
+    parser.add_argument("--out", type=Path, default=None, help="default: COURSE/build/report")
+    args = parser.parse_args(argv)
+    course = args.course if args.course is not None else course_root()
+    if not (course / "autograded").is_dir():
+        print(f"no graded class: {course / 'autograded'} does not exist (run make autograde)")
+        return 1
+    summaries = collect(course)
+    html_path, csv_path = build(course, args.out, summaries)
+    print(f"report of {len({r.student for s in summaries for r in s.rows})} learner(s), "
+          f"{len(summaries)} exercise(s): {html_path} and {csv_path}")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
