@@ -8,10 +8,11 @@ PYTEST_ARGS ?=
 # JupyterLab refuses to run as root without --allow-root (containers, CI, JupyterHub images).
 ROOT_FLAG := $(shell [ "$$(id -u)" = "0" ] && echo --allow-root)
 
-.PHONY: help setup lab test lint unit notebooks student release autograde feedback report bench execute slides html clean
+.PHONY: help setup lab lab-staff test lint unit notebooks student release autograde feedback report bench execute slides html clean
 
 help:
-	@echo "make lab        set up .venv (first time) and open JupyterLab on the lessons"
+	@echo "make lab        set up .venv (first time) and open JupyterLab on your copies of the lessons (workbook/)"
+	@echo "make lab-staff  JupyterLab on the instructor lessons (notebooks/) with nbgrader's tools"
 	@echo "make test       set up .venv, lint, then unit tests + every notebook under strict nbval"
 	@echo "make student    write student versions of the lessons into workbook/ (never overwrites your edits)"
 	@echo "make release    nbgrader: build student releases of the graded lessons"
@@ -26,8 +27,21 @@ help:
 setup:
 	@bash tools/setup_env.sh
 
+# The learners' JupyterLab: their own copies of the lessons in workbook/ (`make student`,
+# which never overwrites an edited one), so saving in Lab never touches notebooks/ (the
+# instructor source) and never dirties the repository; nbgrader's extensions off and no
+# news prompt (jupyter/, copied into .venv by tools/setup_env.sh).
 lab: setup
-	$(BIN)/jupyter lab $(ROOT_FLAG) --port=$(PORT) --ServerApp.root_dir=. \
+	$(BIN)/python -m attnlib.course.student notebooks workbook
+	$(BIN)/jupyter lab $(ROOT_FLAG) --port=$(PORT) --ServerApp.root_dir=workbook \
+	  --LabApp.default_url=/lab/tree/00_welcome.ipynb
+
+# Staff and lesson editors: the instructor lessons in notebooks/ (solutions, stored outputs)
+# with nbgrader's formgrader, Validate button and assignment panels (jupyter/staff turns
+# them on; it ranks above the venv's learner settings).
+lab-staff: setup
+	JUPYTER_CONFIG_PATH="$(CURDIR)/jupyter/staff$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
+	  $(BIN)/jupyter lab $(ROOT_FLAG) --port=$(PORT) --ServerApp.root_dir=. \
 	  --LabApp.default_url=/lab/tree/notebooks/00_welcome.ipynb
 
 lint: setup

@@ -38,9 +38,11 @@ def get_json(url: str, token: str, timeout: float = 5.0):
 def running_lab(runtime: Path, start_timeout: float, stop_timeout: float = 20.0):
     """Yield ``{"base", "token", "status"}`` of a JupyterLab serving the repository.
 
-    ``runtime`` is a private folder for the server's runtime files and workspaces (no clash
-    with a lab the user runs, no tabs restored from or saved to ``~``). The server is
-    terminated (then killed) on exit; that also stops any kernel a page started.
+    ``runtime`` is a private folder for the server's runtime files, workspaces, user config
+    and user settings (no clash with a lab the user runs, nothing read from or written to
+    ``~/.jupyter``): the server sees exactly the venv's settings, i.e. the learners' Lab
+    that ``make lab`` starts (tools/lab_settings.py). The server is terminated (then
+    killed) on exit; that also stops any kernel a page started.
     """
     jupyter = VENV_BIN / "jupyter"
     if not jupyter.exists():
@@ -59,7 +61,13 @@ def running_lab(runtime: Path, start_timeout: float, stop_timeout: float = 20.0)
     ]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-root")
-    env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(runtime))
+    env = dict(
+        os.environ,
+        JUPYTER_RUNTIME_DIR=str(runtime),
+        JUPYTER_CONFIG_DIR=str(runtime / "config"),
+        JUPYTERLAB_SETTINGS_DIR=str(runtime / "user-settings"),
+    )
+    env.pop("JUPYTER_CONFIG_PATH", None)
     log = (runtime / "lab.log").open("w+")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
     base = f"http://127.0.0.1:{port}"

@@ -847,12 +847,14 @@ def test_nonsense_is_not_given_a_classic_mistake(name):
 
 
 def test_a_check_of_several_mistakes_stays_well_under_a_second():
-    worst = 0.0
+    # CPU time of this process: other jobs on a shared machine do not count against it.
+    worst = {}
     for name, fn, _ in ISSUE_EXAMPLES + REALISTIC:
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         checks.run(name, fn)
-        worst = max(worst, time.perf_counter() - t0)
-    assert worst < 1.0, worst
+        worst[f"{name}/{fn.__name__}"] = time.process_time() - t0
+    slowest = max(worst, key=worst.get)
+    assert worst[slowest] < 1.0, (slowest, worst[slowest])
 
 
 def test_a_replayed_function_falls_back_to_variant_matching():

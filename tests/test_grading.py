@@ -166,10 +166,10 @@ def _exchange(cfg, cls, assignment: str, student: str | None = None, **kw):
     return app
 
 
-def _exchange_config(course: Path, exchange: Path):
+def _exchange_config(course: Path, exchange: Path, who: str = "instructor"):
     cfg = gradebook.load_config(course)
     cfg.Exchange.root = str(exchange)
-    cfg.Exchange.cache = str(exchange.parent / "cache")
+    cfg.Exchange.cache = str(exchange.parent / "cache" / who)  # each user's own, as on a hub
     return cfg
 
 
@@ -186,7 +186,8 @@ def _exchange_out(course: Path, exchange: Path, homes: Path) -> None:
     for who in LEARNERS:
         home = homes / who
         home.mkdir(parents=True)
-        _exchange(cfg, ExchangeFetchAssignment, A, who, assignment_dir=str(home))
+        mine = _exchange_config(course, exchange, who)
+        _exchange(mine, ExchangeFetchAssignment, A, who, assignment_dir=str(home))
         path = home / A / f"{A}.ipynb"
         nb = nbformat.read(path, as_version=4)
         if who == "alice":
@@ -196,7 +197,7 @@ def _exchange_out(course: Path, exchange: Path, homes: Path) -> None:
             attack = _fill(BOB_ATTACK, {"course": str(course), "exchange": str(exchange)})
             set_solution(nb, "l01-softmax-solution", attack)
         nbformat.write(nb, path)
-        _exchange(cfg, ExchangeSubmit, A, who, assignment_dir=str(home))
+        _exchange(mine, ExchangeSubmit, A, who, assignment_dir=str(home))
     _exchange(cfg, ExchangeCollect, A, update=True)
 
 
@@ -204,9 +205,10 @@ def _exchange_back(course: Path, exchange: Path, homes: Path) -> None:
     from nbgrader.exchange.default import ExchangeFetchFeedback, ExchangeReleaseFeedback
 
     cfg = _exchange_config(course, exchange)
-    for who in LEARNERS:
+    for who in LEARNERS:  # (the other submissions did not come through the exchange)
         _exchange(cfg, ExchangeReleaseFeedback, A, who)
-        _exchange(cfg, ExchangeFetchFeedback, A, who, assignment_dir=str(homes / who))
+        mine = _exchange_config(course, exchange, who)
+        _exchange(mine, ExchangeFetchFeedback, A, who, assignment_dir=str(homes / who))
 
 
 # ---- the one graded course ----------------------------------------------------------------
@@ -245,8 +247,9 @@ def graded(tmp_path_factory) -> Graded:
     names = gradebook.release(course, notebooks)
     assert names[: len(LESSONS)] == list(LESSONS) or set(LESSONS) <= set(names)
     _scenarios(course, notebooks)
-    for path in LESSON_PATHS:
-        _submit(course, "instructor", path.stem, nbformat.read(path, as_version=4))
+    for path in LESSON_PATHS:  # the copies: lessons may change while this runs
+        copy = nbformat.read(notebooks / path.name, as_version=4)
+        _submit(course, "instructor", path.stem, copy)
         _submit(course, "untouched", path.stem, _release(course, path.stem))
     _exchange_out(course, tmp / "exchange", homes)
     if PLANTED.exists():
@@ -470,7 +473,7 @@ def test_every_lesson_grades_full_marks_for_its_solution_and_zero_untouched(grad
 
 @pytest.mark.parametrize("lesson", [p.stem for p in LESSON_PATHS])
 def test_every_release_and_feedback_keeps_solutions_and_hidden_tests_secret(graded, lesson):
-    src = nbformat.read(ROOT / "notebooks" / f"{lesson}.ipynb", as_version=4)
+    src = nbformat.read(graded.notebooks / f"{lesson}.ipynb", as_version=4)
     outside = re.sub(
         r"### BEGIN SOLUTION\n.*?### END SOLUTION",
         "",

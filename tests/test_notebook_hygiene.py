@@ -29,6 +29,7 @@ LESSON_FILES = {
     "10": "10_kv_cache.ipynb",
     "11": "11_blockwise.ipynb",
     "12": "12_positions.ipynb",
+    "13": "13_induction_heads.ipynb",
 }
 # "notes": speaker notes (reveal.js, key S), placed right after the slide they belong to.
 SLIDE_TYPES = {"slide", "subslide", "fragment", "-", "skip", "notes"}

@@ -19,6 +19,8 @@ fi
 KEY=$(cat requirements.txt pyproject.toml | "$PY_BIN" -c 'import hashlib,sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest()[:16])')
 STAMP="$VENV/.installed-$KEY"
 if [ -f "$STAMP" ] && [ -x "$VENV/bin/python" ]; then
+  # the course's Jupyter settings (jupyter/) may have changed: re-copying them is instant
+  "$VENV/bin/python" tools/lab_settings.py
   exit 0
 fi
 
@@ -38,6 +40,9 @@ echo "setup: creating $VENV and installing requirements.txt (first run takes a f
 # all find it, and nothing outside the project is touched.
 "$VENV/bin/python" -m ipykernel install --sys-prefix --name key-vectors \
   --display-name "Key Vectors (Python 3)" >/dev/null
+# The learners' JupyterLab, set inside the venv (never ~/.jupyter): nbgrader's extensions
+# off (staff: make lab-staff), no news prompt. See tools/lab_settings.py and jupyter/.
+"$VENV/bin/python" tools/lab_settings.py
 rm -f "$VENV"/.installed-*
 touch "$STAMP"
 echo "setup: done"

@@ -136,12 +136,12 @@ def _softmax_hidden_cases() -> list[Case]:
     ]
 
 
-def _softmax_build(*, axis=-1, normalise=True, max_mode="row", scale=None):
+def _softmax_build(*, axis=-1, normalise=True, max_mode="row", scale=None, keepdims=True):
     """A softmax with the given choices; the defaults give the correct function.
 
     ``axis``: -1, 0, -2 (0 for a 1-D input) or "all"; ``max_mode``: "row" (the max along
     the normalised axis, the last one for "all"), "none" or "global"; ``scale``: None or
-    "sqrt" (the input divided by √(its last dimension)).
+    "sqrt" (the input divided by √(its last dimension)); ``keepdims`` of the max and sum.
     """
 
     def fn(x):
@@ -150,7 +150,7 @@ def _softmax_build(*, axis=-1, normalise=True, max_mode="row", scale=None):
         ax = 0 if (axis == -2 and x.ndim < 2) else axis
         max_ax = -1 if ax == "all" else ax
         if max_mode == "row":
-            m = x.max(axis=max_ax, keepdims=True)
+            m = x.max(axis=max_ax, keepdims=keepdims)
         elif max_mode == "global":
             m = x.max()
         else:
@@ -158,7 +158,7 @@ def _softmax_build(*, axis=-1, normalise=True, max_mode="row", scale=None):
         e = np.exp(x - m)
         if not normalise:
             return e
-        return e / (e.sum() if ax == "all" else e.sum(axis=ax, keepdims=True))
+        return e / (e.sum() if ax == "all" else e.sum(axis=ax, keepdims=keepdims))
 
     return fn
 
@@ -184,6 +184,18 @@ _SM_LARGE = np.array(  # rows: huge positive, ordinary, huge negative, ordinary
 def _infer_softmax(learner) -> list[Finding]:
     found: list[Finding] = []
     o = learner(_SM_MAIN.copy())
+    if not o.ok:
+        square = learner(_SM_LARGE[:, :4][[1, 3, 1, 3]] + np.arange(4.0))  # (4, 4), ordinary
+        row = learner(_SM_MAIN[0].copy())
+        if square.ok and row.ok:
+            return [
+                Finding(
+                    "keepdims-missing",
+                    f"your function works on one row and on a square (4, 4) input but raises "
+                    f"on a (4, 5) input ({o.error()[:120]}): a max or sum lost its axis.",
+                )
+            ]
+        return found
     w = o.array(0) if o.ok and o.arity == 1 else None
     if w is None or w.shape != _SM_MAIN.shape or w.dtype == bool:
         return found
@@ -238,6 +250,18 @@ register(
             # and equals each column's max in the probe
             frozenset({"global-max", "softmax-sums-everything"}),
             frozenset({"global-max", "softmax-wrong-axis"}),
+            # a function that raises on non-square input can be measured no further
+            *(
+                frozenset({"keepdims-missing", other})
+                for other in (
+                    "unstable-softmax",
+                    "global-max",
+                    "softmax-wrong-axis",
+                    "softmax-sums-everything",
+                    "weights-not-normalized",
+                    "softmax-scaled",
+                )
+            ),  # fmt: skip
         ),
         misconceptions=(
             Misconception(
@@ -276,6 +300,14 @@ register(
                 "Divide by e.sum(axis=-1, keepdims=True).",
                 (_softmax_build(normalise=False),),
                 {"normalise": False},
+            ),
+            Misconception(
+                "keepdims-missing",
+                "x.max(axis=-1) and x.sum(axis=-1) drop the axis they reduce: shape (..., n) "
+                "against x's (..., n, seq_k) lines up with the wrong axis, which only runs "
+                "when the two sizes are equal. Use keepdims=True in both.",
+                (_softmax_build(keepdims=False),),
+                {"keepdims": False},
             ),
             Misconception(
                 "softmax-scaled",
@@ -368,6 +400,7 @@ def _attend_build(
     max_mode="row",
     outputs="pair",
     blend="v",
+    keepdims=True,
 ):
     """Build one attention function; the defaults give the correct one.
 
@@ -376,8 +409,9 @@ def _attend_build(
     ``mask_mode`` ("before", "after", "multiplied", "added", "ignored"), ``invert_mask``,
     ``fill`` of blocked scores ("guard": -inf with fully masked rows kept at 0, "nan":
     -inf without, "finite": -1e9), ``transpose_k`` (True, False, "T" = k.T), ``transpose_w``,
-    ``max_mode`` ("row", "none", "global"), ``outputs`` ("pair", "swapped", "out-only") and
-    ``blend`` ("v", "k": what the weights average).
+    ``max_mode`` ("row", "none", "global"), ``outputs`` ("pair", "swapped", "out-only"),
+    ``blend`` ("v", "k": what the weights average) and ``keepdims`` of the softmax's sums.
+    ``mask_mode="index"`` blocks with ``s[~mask] = -inf``, which does not broadcast.
     """
 
     def fn(q, k, v, mask=None):
@@ -400,6 +434,9 @@ def _attend_build(
         m = None if mask is None else (~mask if invert_mask else mask)
         if m is not None and mask_mode == "before":
             s = np.where(m, s, -1e9 if fill == "finite" else -np.inf)
+        elif m is not None and mask_mode == "index":
+            s = s.copy()
+            s[~m] = -1e9 if fill == "finite" else -np.inf
         elif m is not None and mask_mode == "multiplied":
             s = s * m
         elif m is not None and mask_mode == "added":
@@ -416,7 +453,7 @@ def _attend_build(
             mx = np.where(np.isfinite(mx), mx, 0.0)
         e = np.exp(s - mx)
         if normalise:
-            tot = e.sum(axis=red, keepdims=True)
+            tot = e.sum(axis=red, keepdims=keepdims)
             w = e / (np.where(tot > 0, tot, 1.0) if guard else tot)
         else:
             w = e
@@ -670,8 +707,8 @@ def _mask_findings(learner, sizes, axis) -> list[Finding]:
             Finding(
                 "mask-multiplied",
                 "with every score 0, blocked and allowed keys get the same weight; with "
-                "ordinary scores the blocked keys still get weight: their scores were "
-                "multiplied by 0 (score 0 is not 'blocked': exp(0) = 1).",
+                "ordinary scores the blocked keys still get weight: their scores became 0 "
+                "(multiplied by the mask, or filled with 0), and exp(0) = 1.",
             )
         ]
     eff = M if blocked_small else ~M
@@ -736,8 +773,41 @@ def _mask_findings(learner, sizes, axis) -> list[Finding]:
     return found
 
 
-def _batch_findings(learner, sizes, base, square) -> list[Finding]:
-    """A batch of two probes against the same two probes one at a time."""
+_AXIS_IDS = {"softmax-over-queries", "softmax-sums-everything", "weights-not-normalized"}
+_SCALE_IDS = {
+    "no-scaling", "scale-not-sqrt", "scale-sqrt-d-v", "scale-sqrt-seq-k", "scale-multiplied",
+    "scale-wrong",
+}  # fmt: skip
+
+
+def _mask_broadcast_findings(learner, sizes) -> list[Finding]:
+    """A padding mask (batch, 1, seq_k) must broadcast over the queries."""
+    seq_q, seq_k, d_k, d_v = sizes
+    qs, ks, vs = zip(_probe(sizes, 6), _probe(sizes, 7), strict=True)
+    q, k, v = (np.stack(x) for x in (qs, ks, vs))
+    pad = np.ones((2, 1, seq_k), dtype=bool)
+    pad[1, 0, -2:] = False
+    o = learner(q, k, v, mask=pad.copy())
+    if o.ok:
+        return []
+    full = learner(q, k, v, mask=np.broadcast_to(pad, (2, seq_q, seq_k)).copy())
+    if not full.ok:
+        return []
+    return [
+        Finding(
+            "mask-not-broadcast",
+            f"a mask of shape (batch, seq_q, seq_k) = (2, {seq_q}, {seq_k}) works, but the "
+            f"padding mask (batch, 1, seq_k) = (2, 1, {seq_k}) raises: {o.error()[:120]}.",
+        )
+    ]
+
+
+def _batch_findings(learner, sizes, base, square, known: set[str]) -> list[Finding]:
+    """A batch of two probes against the same two probes one at a time.
+
+    ``known`` are the ids the 2-D probes found: a batch that differs because of them (a
+    fixed axis=0 is the query axis in 2-D and the batch axis in 3-D) adds nothing.
+    """
     q0, k0, v0 = _probe(sizes, 1)
     q1, k1, v1 = _probe(sizes, 5)
     qb, kb, vb = (np.stack(p) for p in ((q0, q1), (k0, k1), (v0, v1)))
@@ -771,6 +841,11 @@ def _batch_findings(learner, sizes, base, square) -> list[Finding]:
         _, found = _scores_findings(
             wb, qb, kb, sizes, ob.eps, "a batch of 2 (3-D inputs)", square=square, batch=2
         )
+    for group in (_AXIS_IDS, _SCALE_IDS):
+        if known & group:
+            found = [f for f in found if f.id not in group]
+    if known & (_AXIS_IDS | _SCALE_IDS):
+        return found
     if not found:
         found = [
             Finding(
@@ -791,6 +866,17 @@ def _infer_attend(learner) -> list[Finding]:
         q, k, v = _probe(sizes, 1)
         o = learner(q, k, v)
         if not o.ok:
+            qs, ks, vs = _probe((5, 5, 16, 8), 1)  # seq_q == seq_k
+            os_ = learner(qs, ks, vs)
+            if os_.ok:
+                return [
+                    Finding(
+                        "keepdims-missing",
+                        "your function raises when seq_q ≠ seq_k (4 queries, 5 keys: "
+                        f"{o.error()[:120]}) and runs only when they are equal: a max or sum "
+                        "over the keys lost its axis.",
+                    )
+                ]
             return []
     w, _, found = _read_attention(o, q, k, v)
     if w is None:
@@ -807,7 +893,8 @@ def _infer_attend(learner) -> list[Finding]:
         f = _stability_finding(wl, axis, "On a probe")
         if f is not None:
             found.append(f)
-    found += _batch_findings(learner, sizes, o, square)
+    found += _mask_broadcast_findings(learner, sizes)
+    found += _batch_findings(learner, sizes, o, square, {f.id for f in found})
     return found
 
 
@@ -816,6 +903,14 @@ def _m(mid, explanation, **settings):
 
 
 _NO_FULL_ROW = ("fully-masked-nan", "mask-fill-finite")  # what a fully masked row gets
+_ATTEND_IDS = (
+    "softmax-over-queries", "softmax-sums-everything", "weights-not-normalized", "no-scaling",
+    "scale-not-sqrt", "scale-sqrt-d-v", "scale-sqrt-seq-k", "scale-multiplied", "scale-wrong",
+    "mask-after-softmax", "mask-multiplied", "mask-added", "mask-ignored", "mask-inverted",
+    "fully-masked-nan", "mask-fill-finite", "keys-not-transposed", "batch-not-supported",
+    "weights-transposed", "unstable-softmax", "global-max", "output-arity", "outputs-swapped",
+    "blends-keys", "mask-not-broadcast",
+)  # fmt: skip
 
 register(
     Exercise(
@@ -873,6 +968,10 @@ register(
             # Not normalised, the mask before or after the softmax look alike on a probe
             # whose allowed keys all score 0.
             frozenset({"weights-not-normalized", "mask-after-softmax"}),
+            # Nothing batched runs with k.T, so no batched mask can be tried.
+            frozenset({"batch-not-supported", "mask-not-broadcast"}),
+            # A function that only runs when seq_q == seq_k can be measured no further.
+            *(frozenset({"keepdims-missing", other}) for other in _ATTEND_IDS),
         ),
         misconceptions=(
             _m(
@@ -1028,6 +1127,20 @@ register(
                 "The weights average the keys. Keys are what queries are compared with; the "
                 "output blends the *values*: out = weights @ v.",
                 blend="k",
+            ),
+            _m(
+                "mask-not-broadcast",
+                "Blocking with boolean indexing (s[~mask] = -np.inf) needs a mask of exactly "
+                "the scores' shape, so a padding mask (batch, 1, seq_k) fails. "
+                "np.where(mask, s, -np.inf) broadcasts the mask over the queries.",
+                mask_mode="index",
+            ),
+            _m(
+                "keepdims-missing",
+                "A max or sum over the keys lost its axis: s.sum(axis=-1) has shape "
+                "(..., seq_q), which lines up with the keys, not the queries, so it only runs "
+                "when seq_q == seq_k (and is wrong there). Use keepdims=True.",
+                keepdims=False,
             ),
         ),
     )

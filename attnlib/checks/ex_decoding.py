@@ -96,16 +96,25 @@ def _decode_reference(q_new, k_new, v_new, k_cache, v_cache):
 
 
 def _decode_variant(
-    *, append=True, include_new=True, mask="bottom_right", raise_empty=False, order="cache-first"
+    *,
+    append=True,
+    include_new=True,
+    mask="bottom_right",
+    raise_empty=False,
+    order="cache-first",
+    axis=-2,
 ):
-    """A decoding step with the given choices; the defaults give the correct one."""
+    """A decoding step with the given choices; the defaults give the correct one.
+
+    ``axis`` is the axis the cache grows along (0 is right for 2-D inputs only).
+    """
 
     def fn(q_new, k_new, v_new, k_cache, v_cache):
         parts = ([k_cache, k_new], [v_cache, v_new])
         if order == "new-first":
             parts = ([k_new, k_cache], [v_new, v_cache])
-        k_all = np.concatenate(parts[0], axis=-2)
-        v_all = np.concatenate(parts[1], axis=-2)
+        k_all = np.concatenate(parts[0], axis=axis)
+        v_all = np.concatenate(parts[1], axis=axis)
         k_att, v_att = (k_all, v_all) if include_new else (k_cache, v_cache)
         if raise_empty and k_att.shape[-2] == 0:
             raise ValueError("zero-size array to reduction operation maximum")
@@ -118,6 +127,14 @@ def _decode_variant(
 
 
 def _infer_decode(learner) -> list[Finding]:
+    found = _decode_2d_findings(learner)
+    ids = {f.id for f in found}
+    if "cache-not-appended" in ids or "cache-wrong-order" in ids:
+        return found
+    return found + _decode_batch_findings(learner)
+
+
+def _decode_2d_findings(learner) -> list[Finding]:
     seq_past, seq_new, d_k = 4, 3, 5
     d_v = seq_past + seq_new
     rng = np.random.default_rng(10)
@@ -186,6 +203,26 @@ def _infer_decode(learner) -> list[Finding]:
     return found
 
 
+def _decode_batch_findings(learner) -> list[Finding]:
+    """A batch of one sequence (2 cached tokens, 2 new ones), shape (1, seq, d): along
+    which axis does the cache grow? (Along axis 0 the result still runs here.)"""
+    rng = np.random.default_rng(11)
+    q, kn, vn, kc, vc = (rng.standard_normal((1, 2, d)) for d in (5, 5, 3, 5, 3))
+    o = learner(q, kn, vn, kc, vc)
+    if not o.ok or o.arity != 3 or any(p is None for p in o.parts):
+        return []
+    k_all = o.parts[1]
+    if k_all.shape == (2, 2, 5) and close(k_all, np.concatenate([kc, kn], axis=0)):
+        return [
+            Finding(
+                "cache-wrong-axis",
+                "for a batch of one sequence (shape (1, seq, d)) your k_all has shape "
+                "(2, 2, 5): the new rows were stacked along axis 0, the batch axis.",
+            )
+        ]
+    return []
+
+
 register(
     Exercise(
         name="decode_step",
@@ -204,6 +241,9 @@ register(
             frozenset({"cache-wrong-order", "mask-blocks-past"}),
             frozenset({"cache-wrong-order", "no-causal-mask-in-chunk"}),
             frozenset({"cache-wrong-order", "cache-not-appended"}),
+            # an old cache returned grows along no axis at all; new rows first, we stop
+            frozenset({"cache-wrong-axis", "cache-not-appended"}),
+            frozenset({"cache-wrong-axis", "cache-wrong-order"}),
         ),
         misconceptions=(
             Misconception(
@@ -221,6 +261,14 @@ register(
                 "np.concatenate([k_cache, k_new], axis=-2).",
                 (_decode_variant(order="new-first"),),
                 {"order": "new-first"},
+            ),
+            Misconception(
+                "cache-wrong-axis",
+                "The cache grows along axis 0. For a batch (batch, seq, d) — or (batch, "
+                "n_heads, seq, d) — that stacks sequences, not positions: concatenate along "
+                "the sequence axis, axis=-2.",
+                (_decode_variant(axis=0),),
+                {"axis": 0},
             ),
             Misconception(
                 "new-key-not-included",
@@ -565,11 +613,13 @@ def _rotary_reference(q, k, v, positions):
     return _attend(apply_rotary(q, positions), apply_rotary(k, positions), v)
 
 
-def _rotary_variant(*, rotate_q=True, rotate_k=True, rotate_v=False, **kw):
+def _rotary_variant(*, rotate_q=True, rotate_k=True, rotate_v=False, use_positions=True, **kw):
     """Rotary attention with the given choices (and ``_rotate``'s keywords); the defaults
-    give the correct function."""
+    give the correct function. ``use_positions=False`` rotates by 0, 1, 2, ... instead."""
 
     def fn(q, k, v, positions):
+        if not use_positions:
+            positions = np.arange(q.shape[-2])
         q_r = _rotate(q, positions, **kw) if rotate_q else q
         k_r = _rotate(k, positions, **kw) if rotate_k else k
         v_r = _rotate(v, positions, **kw) if rotate_v and v.shape[-1] % 2 == 0 else v
@@ -601,17 +651,28 @@ def _infer_rotary(learner) -> list[Finding]:
         return []
     found = []
     match = None
-    for sides in ("both", "k", "none"):
-        for rot in _ROTATIONS if sides != "none" else [{}]:
-            qr = _rotate(q, positions, **rot) if sides == "both" else q
-            kr = _rotate(k, positions, **rot) if sides != "none" else k
-            if close(w, _attend(qr, kr, v)[1], rel=1e-6, abs_=1e-9):
-                match = (sides, rot)
+    for pos in (positions, np.arange(5)):
+        for sides in ("both", "k", "none"):
+            for rot in _ROTATIONS if sides != "none" else [{}]:
+                qr = _rotate(q, pos, **rot) if sides == "both" else q
+                kr = _rotate(k, pos, **rot) if sides != "none" else k
+                if close(w, _attend(qr, kr, v)[1], rel=1e-6, abs_=1e-9):
+                    match = (sides, rot)
+                    break
+            if match:
                 break
         if match:
             break
     if match is not None:
         sides, rot = match
+        if pos is not positions and sides != "none":
+            found.append(
+                Finding(
+                    "positions-ignored",
+                    f"for tokens at positions {positions.tolist()} your weights are those of "
+                    "rotations by 0, 1, 2, 3, 4: the positions argument was not used.",
+                )
+            )
         if sides == "none":
             found.append(
                 Finding(
@@ -654,7 +715,10 @@ def _infer_rotary(learner) -> list[Finding]:
             )
     if not close(out, w @ v, rel=1e-6, abs_=1e-9):
         rots = [match[1]] if match and match[1] else _ROTATIONS
-        if any(close(out, w @ _rotate(v, positions, **r), rel=1e-6, abs_=1e-9) for r in rots):
+        where = [pos] if match else [positions, np.arange(5)]
+        if any(
+            close(out, w @ _rotate(v, at, **r), rel=1e-6, abs_=1e-9) for r in rots for at in where
+        ):
             found.append(
                 Finding(
                     "rotates-values",
@@ -688,6 +752,7 @@ register(
             frozenset({"no-rotation", "angle-sign"}),
             frozenset({"no-rotation", "wrong-pairing"}),
             frozenset({"no-rotation", "wrong-frequencies"}),
+            frozenset({"no-rotation", "positions-ignored"}),
         ),
         misconceptions=(
             Misconception(
@@ -728,6 +793,14 @@ register(
                 "position; rotating both queries and keys is what leaves only the offset.",
                 (_rotary_variant(rotate_q=False),),
                 {"rotate_q": False},
+            ),
+            Misconception(
+                "positions-ignored",
+                "The rotation uses 0, 1, 2, ... (np.arange(seq)) instead of the positions "
+                "passed in. Tokens need not sit at 0..seq-1 (a cache, a chunk, packed "
+                "sequences): rotate by positions.",
+                (_rotary_variant(use_positions=False),),
+                {"use_positions": False},
             ),
             Misconception(
                 "no-rotation",

@@ -186,8 +186,9 @@ def _backward_hidden_cases() -> list[Case]:
 def _bw_variant(*, correction=True, corr_axis=-1, scale=True, dk_t=True, dv_t=True):
     """The backward pass with one step changed; the defaults give the correct function.
 
-    ``correction``: True (the full softmax Jacobian), False (its diagonal only), or "col"
-    (the row sum Σ A·dA taken over queries — the same as ``corr_axis=-2``).
+    ``correction``: True (the full softmax Jacobian), False (its diagonal only), "col"
+    (the row sum Σ A·dA taken over queries — the same as ``corr_axis=-2``) or "unweighted"
+    (Σ dA instead of Σ A·dA).
     """
 
     def fn(q, k, v, d_out):
@@ -199,6 +200,8 @@ def _bw_variant(*, correction=True, corr_axis=-1, scale=True, dk_t=True, dv_t=Tr
         dA = d_out @ T(v)
         axis = -2 if correction == "col" else corr_axis
         dS = A * (dA - (A * dA).sum(axis=axis, keepdims=True)) if correction else A * dA
+        if correction == "unweighted":
+            dS = A * (dA - dA.sum(axis=-1, keepdims=True))
         c = 1 / math.sqrt(q.shape[-1]) if scale else 1.0
         dq = dS @ k * c
         dk = (T(dS) if dk_t else dS) @ q * c
@@ -251,6 +254,7 @@ def _infer_backward(learner) -> list[Finding]:
         ("full", A * (dA - (A * dA).sum(axis=-1, keepdims=True))),
         ("diag", A * dA),
         ("col", A * (dA - (A * dA).sum(axis=-2, keepdims=True))),
+        ("unweighted", A * (dA - dA.sum(axis=-1, keepdims=True))),
     )
     D = dq @ np.linalg.pinv(k)  # dq = D @ k: D should be dS / √d_k
     X = dk @ np.linalg.pinv(q)  # dk = X @ q: X should be dSᵀ / √d_k
@@ -266,6 +270,14 @@ def _infer_backward(learner) -> list[Finding]:
                     "softmax-jacobian-diagonal-only",
                     "your dq and dk are reproduced by dS = A ⊙ dA, without subtracting the "
                     "row's Σ A·dA.",
+                )
+            )
+        elif name == "unweighted":
+            found.append(
+                Finding(
+                    "softmax-jacobian-unweighted",
+                    "your dq and dk are reproduced by dS = A ⊙ (dA − Σ_j dA): the row's "
+                    "correction is the plain sum of dA, not the weights' average Σ_j A·dA.",
                 )
             )
         elif name == "col":
@@ -328,6 +340,13 @@ register(
                 "over the keys of one query row, so sum over axis=-1 with keepdims=True.",
                 (_bw_variant(corr_axis=-2),),
                 {"correction": "col"},
+            ),
+            Misconception(
+                "softmax-jacobian-unweighted",
+                "The correction subtracts Σ_j dA_ij. It is the weighted average Σ_j A_ij "
+                "dA_ij: dS = A ⊙ (dA − (A * dA).sum(axis=-1, keepdims=True)).",
+                (_bw_variant(correction="unweighted"),),
+                {"correction": "unweighted"},
             ),
             Misconception(
                 "backward-scale-missing",
@@ -427,7 +446,7 @@ def _mha_hidden_cases() -> list[Case]:
 
 def _mha_variant(
     *, order="qkv", split="blocks", out_proj=True, batch_first_respected=True,
-    scale_by="head", heads="heads-then-dim", average=True,
+    scale_by="head", heads="heads-then-dim", average=True, transpose_in=True,
 ):  # fmt: skip
     """``nn.MultiheadAttention`` by hand with one step changed; defaults give the right one."""
 
@@ -450,6 +469,8 @@ def _mha_variant(
                 return x.reshape(batch, x.shape[1], n_heads, d_head).transpose(1, 2)
             return x.reshape(batch, x.shape[1], d_head, n_heads).permute(0, 3, 1, 2)
 
+        if not transpose_in:  # x @ W as stored: rows of W are outputs, so this mixes them
+            W_q, W_k, W_v = W_q.T, W_k.T, W_v.T
         q = split_heads(query @ W_q.T + b_q)
         k = split_heads(key @ W_k.T + b_k)
         v = split_heads(value @ W_v.T + b_v)
@@ -493,6 +514,51 @@ def _mha_parts(o):
     return o.parts if ok else None
 
 
+def _mha_choices(order, split, heads, scale_by, transpose_in, d_model, n_heads):
+    """The findings for the in-projection and head choices that reproduce a result."""
+    found = []
+    if order != "qkv":
+        found.append(
+            Finding(
+                "in-proj-order",
+                f"your result is reproduced by taking the three blocks of in_proj_weight as "
+                f"({', '.join(order.upper())}) instead of (Q, K, V).",
+            )
+        )
+    if split == "interleaved":
+        found.append(
+            Finding(
+                "in-proj-split-wrong-axis",
+                "your result is reproduced by taking every third row of in_proj_weight for "
+                "each projection.",
+            )
+        )
+    if not transpose_in:
+        found.append(
+            Finding(
+                "in-proj-not-transposed",
+                "your result is reproduced by x @ W_q (and W_k, W_v) as stored, not x @ W_qᵀ.",
+            )
+        )
+    if heads == "dim-then-heads":
+        found.append(
+            Finding(
+                "heads-split-wrong-order",
+                "your result is reproduced by splitting d_model as (d_head, n_heads): each "
+                "head gets every n_heads-th feature.",
+            )
+        )
+    if scale_by == "model":
+        found.append(
+            Finding(
+                "scale-by-d-model",
+                f"your result is reproduced by dividing the scores by √d_model = √{d_model}, "
+                f"not √d_head = √{d_model // n_heads}.",
+            )
+        )
+    return found
+
+
 def _infer_mha(learner) -> list[Finding]:
     args = _mha_probe(True, 1)
     got = _mha_parts(learner(*args))
@@ -525,67 +591,41 @@ def _infer_mha(learner) -> list[Finding]:
                     "leaves your output unchanged.",
                 )
             )
-    # The in-projection and the heads: which choices reproduce out (out_proj = I here) and w.
-    torch_args = [a for a in args]
+    # The in-projection, then the heads: which choices reproduce out (out_proj = I here)
+    # and w. One head first (the head split and √d_head vs √d_model do not matter there),
+    # so the two grids are searched one after the other, not as one product.
     average = w.ndim == 3
-    for order in ("qkv", "kqv", "qvk", "vkq", "kvq", "vqk"):
-        for split in ("blocks", "interleaved"):
-            for heads in ("heads-then-dim", "dim-then-heads"):
-                for scale_by in ("head", "model"):
-                    fn = _mha_variant(
-                        order=order, split=split, heads=heads, scale_by=scale_by,
-                        out_proj=False, average=average,
+    one = args[:7] + [1, True]
+    got1 = _mha_parts(learner(*one))
+
+    def same(choices, probe, target):
+        with torch.no_grad():
+            c_out, c_w = _mha_variant(out_proj=False, average=average, **choices)(*probe)
+        return close(c_out.numpy(), target[0], 1e-7, 1e-10) and (
+            c_w.shape == target[1].shape and close(c_w.numpy(), target[1], 1e-7, 1e-10)
+        )
+
+    layouts = [
+        {"order": order, "split": split, "transpose_in": t}
+        for t in (True, False)
+        for order in ("qkv", "kqv", "qvk", "vkq", "kvq", "vqk")
+        for split in ("blocks", "interleaved")
+    ]
+    layout = None
+    if got1 is not None:
+        layout = next((c for c in layouts if same(c, one, got1)), None)
+    if layout is not None:
+        for heads in ("heads-then-dim", "dim-then-heads"):
+            for scale_by in ("head", "model"):
+                if same({**layout, "heads": heads, "scale_by": scale_by}, args, (out, w)):
+                    found += _mha_choices(
+                        layout["order"], layout["split"], heads, scale_by,
+                        layout["transpose_in"], d_model, n_heads,
                     )  # fmt: skip
-                    with torch.no_grad():
-                        c_out, c_w = fn(*torch_args)
-                    if not (
-                        close(c_out.numpy(), out, 1e-7, 1e-10)
-                        and close(c_w.numpy(), w, 1e-7, 1e-10)
-                    ):
-                        continue
-                    if order != "qkv":
-                        roles = ", ".join(order.upper())
-                        found.append(
-                            Finding(
-                                "in-proj-order",
-                                f"your result is reproduced by taking the three blocks of "
-                                f"in_proj_weight as ({roles}) instead of (Q, K, V).",
-                            )
-                        )
-                    if split == "interleaved":
-                        found.append(
-                            Finding(
-                                "in-proj-split-wrong-axis",
-                                "your result is reproduced by taking every third row of "
-                                "in_proj_weight for each projection.",
-                            )
-                        )
-                    if heads == "dim-then-heads":
-                        found.append(
-                            Finding(
-                                "heads-split-wrong-order",
-                                "your result is reproduced by splitting d_model as (d_head, "
-                                "n_heads): each head gets every n_heads-th feature.",
-                            )
-                        )
-                    if scale_by == "model":
-                        found.append(
-                            Finding(
-                                "scale-by-d-model",
-                                f"your result is reproduced by dividing the scores by "
-                                f"√d_model = √{d_model}, not √d_head = √{d_model // n_heads}.",
-                            )
-                        )
                     break
-                else:
-                    continue
-                break
             else:
                 continue
             break
-        else:
-            continue
-        break
     # batch_first=False: does batch element 1 leak into batch element 0? (seq_q = seq_k, so
     # that attention along the wrong axis runs)
     a = _mha_probe(False, 2, sizes=(3, 4, 4))
@@ -638,6 +678,13 @@ register(
                 "dim 0 into three blocks: reshape(3, d_model, d_model) or .chunk(3, dim=0).",
                 (_mha_variant(split="interleaved"),),
                 {"split": "interleaved"},
+            ),
+            Misconception(
+                "in-proj-not-transposed",
+                "Each block of in_proj_weight is stored like nn.Linear's weight, (out_features, "
+                "in_features): a projection is x @ W_qᵀ + b_q, not x @ W_q.",
+                (_mha_variant(transpose_in=False),),
+                {"transpose_in": False},
             ),
             Misconception(
                 "out-proj-missing",

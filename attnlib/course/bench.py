@@ -84,6 +84,21 @@ def _attention_fns(q, k, v, *, causal):
     }
 
 
+def _attention_row(seq: str, variant: str, t: dict[str, float]) -> list[str]:
+    has_numpy = "numpy" in t
+    return [
+        seq,
+        variant,
+        _ms(t["sdpa"]),
+        _ms(t["attend"]),
+        _ms(t["blockwise"]),
+        _ms(t["numpy"]) if has_numpy else "-",
+        f"{t['attend'] / t['sdpa']:.2f}",
+        f"{t['blockwise'] / t['attend']:.2f}",
+        f"{t['numpy'] / t['sdpa']:.1f}" if has_numpy else "-",
+    ]
+
+
 def bench_attention(seqs, *, batch=8, heads=8, d_k=64, numpy_max=512, causal_at=(1024,)):
     from attnlib.core import attend
 
@@ -96,35 +111,10 @@ def bench_attention(seqs, *, batch=8, heads=8, d_k=64, numpy_max=512, causal_at=
         if n <= numpy_max:
             qn, kn, vn = q.numpy(), k.numpy(), v.numpy()
             fns["numpy"] = functools.partial(attend, qn, kn, vn)
-        t = median_times(fns, repeats=repeats)
-        rows.append(
-            [
-                str(n),
-                "",
-                _ms(t["sdpa"]),
-                _ms(t["attend"]),
-                _ms(t["blockwise"]),
-                _ms(t["numpy"]) if "numpy" in t else "-",
-                f"{t['attend'] / t['sdpa']:.2f}",
-                f"{t['blockwise'] / t['attend']:.2f}",
-                f"{t['numpy'] / t['sdpa']:.1f}" if "numpy" in t else "-",
-            ]
-        )
+        rows.append(_attention_row(str(n), "", median_times(fns, repeats=repeats)))
         if n in causal_at:
             t = median_times(_attention_fns(q, k, v, causal=True), repeats=repeats)
-            rows.append(
-                [
-                    str(n),
-                    "causal",
-                    _ms(t["sdpa"]),
-                    _ms(t["attend"]),
-                    _ms(t["blockwise"]),
-                    "-",
-                    f"{t['attend'] / t['sdpa']:.2f}",
-                    f"{t['blockwise'] / t['attend']:.2f}",
-                    "-",
-                ]
-            )
+            rows.append(_attention_row(str(n), "causal", t))
         del q, k, v
     headers = [
         "seq",

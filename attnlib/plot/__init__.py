@@ -108,3 +108,14 @@ __all__ += ["cost_curves", "position_codes", "score_vs_offset"]
 from attnlib.plot._syntax import grouped_bars, role_scatter  # noqa: E402
 
 __all__ += ["grouped_bars", "role_scatter"]
+
+# Lesson 13: keys built from another head's output (induction heads).
+from attnlib.plot._induction import (  # noqa: E402
+    ablation_bars,
+    composition_maps,
+    head_patterns,
+    induction_view,
+    phase_change,
+)
+
+__all__ += ["ablation_bars", "composition_maps", "head_patterns", "induction_view", "phase_change"]

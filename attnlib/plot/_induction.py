@@ -14,7 +14,6 @@ from collections.abc import Mapping, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
-from matplotlib.lines import Line2D
 
 from attnlib.plot._base import (
     FONT,
@@ -26,6 +25,7 @@ from attnlib.plot._base import (
     course_style,
     fit_width,
     heatmap,
+    masked_patch,
     new_axes,
 )
 from attnlib.tasks.induction import running_mean
@@ -66,6 +66,7 @@ def phase_change(
     x = as_numpy(steps).astype(float)
     ax = new_axes(ax, figsize=(7.6, 3.9))
     with course_style():
+        ends = []
         for i, (label, y) in enumerate(curves.items()):
             y = as_numpy(y).astype(float)
             if y.shape != x.shape:
@@ -74,23 +75,30 @@ def phase_change(
             ax.plot(x, y, color=c, lw=0.6, alpha=0.25, ls="-")
             smooth = running_mean(y, window)
             ax.plot(x, smooth, color=c, lw=2.2, ls=LINESTYLES[i % len(LINESTYLES)], label=label)
-            ax.annotate(
-                label, (x[-1], smooth[-1]), xytext=(6, 0), textcoords="offset points",
-                color=c, va="center", fontsize=FONT["legend"],
-            )
-        ax.axhline(chance, color="0.45", lw=1.2, ls=(0, (2, 2)))
-        ax.annotate(
-            f"chance, log 50 = {chance:.2f}", (x[0], chance), xytext=(4, 5),
-            textcoords="offset points", color="0.3", fontsize=FONT["note"],
-        )
+            ends.append((float(smooth[-1]), label, c))
+        ax.hlines(chance, x[0], x[-1], color="0.45", lw=1.2, ls=(0, (2, 2)))
         if phase_step is not None and phase_step >= 0:
             ax.axvline(phase_step, color="0.2", lw=1.2, ls=":")
             ax.annotate(
                 f"phase change\n(step {phase_step})", (phase_step, 0.5 * chance), xytext=(6, 0),
                 textcoords="offset points", fontsize=FONT["note"], va="center",
             )
-        ax.set_xlim(x[0], x[-1] * 1.32)  # room for the direct labels
-        ax.set_ylim(0, max(ax.get_ylim()[1], chance * 1.15))
+        ax.set_xlim(x[0], x[-1] * 1.36)  # room for the direct labels
+        top = max(ax.get_ylim()[1], chance * 1.15)
+        ax.set_ylim(0, top)
+        ax.annotate(
+            f"chance: log 50 = {chance:.2f}", (x[0] + 0.62 * (x[-1] - x[0]), chance),
+            xytext=(0, -5), textcoords="offset points", va="top", ha="center",
+            color="0.3", fontsize=FONT["note"],
+        )
+        # direct labels at the right ends, pushed apart so that none overlaps another
+        gap = 0.075 * top
+        placed: list[float] = []
+        for y_end, label, c in sorted(ends):
+            y_text = max([y_end] + [p + gap for p in placed])
+            placed.append(y_text)
+            ax.annotate(label, (x[-1], y_end), xytext=(x[-1] + 0.02 * (x[-1] - x[0]), y_text),
+                        textcoords="data", color=c, va="center", fontsize=FONT["legend"])
         ax.set_xlabel("training step")
         ax.set_ylabel("loss (nats)")
         if title:
@@ -134,21 +142,18 @@ def head_patterns(
         axes = np.atleast_1d(axes)
         for i, ax in enumerate(axes):
             heatmap(w[i], ax=ax, queries=labels, keys=labels, annotate=False, colorbar=False,
-                    mask=causal, mask_legend=(i == n - 1))
-            ax.set_title(titles[i], pad=24)
+                    mask=causal, mask_legend=False)
+            ring = f"\n\u25cb = {mark_label[i]}" if i < len(mark_label) else ""
+            ax.set_title(titles[i] + ring, fontsize=FONT["legend"] + 1)
             ax.tick_params(axis="x", labelrotation=90, labelsize=FONT["note"])
             ax.tick_params(axis="y", labelsize=FONT["note"])
             cells = np.asarray(marks[i], dtype=float).reshape(-1, 2)
-            ring = mark_label[i] if i < len(mark_label) else None
             ax.scatter(cells[:, 1], cells[:, 0], s=70, facecolors="none",
-                       edgecolors=PALETTE[1], linewidths=1.6, marker="o", label=ring)
-            if ring:
-                ax.legend(handles=[Line2D([], [], ls="", marker="o", mfc="none",
-                                          mec=PALETTE[1], mew=1.6, ms=8, label=ring)],
-                          loc="upper right", fontsize=FONT["note"], framealpha=0.9,
-                          frameon=True)
+                       edgecolors=PALETTE[1], linewidths=1.6, marker="o")
         im = axes[0].images[0]
         fig.colorbar(im, ax=list(axes), shrink=0.8, label="weight")
+        fig.legend(handles=[masked_patch("masked (future keys)")], loc="outside lower center",
+                   fontsize=FONT["note"])
     return fig
 
 
@@ -225,10 +230,11 @@ def composition_maps(scores: Mapping[str, np.ndarray], *, baseline: float | None
             ax.set_xlabel("layer-1 head")
             ax.set_title(names[side])
         axes[0].set_ylabel("layer-0 head")
-        bar = fig.colorbar(im, ax=list(axes), shrink=0.85, label="score")
+        bar = fig.colorbar(im, ax=list(axes), shrink=0.85)
+        bar.ax.set_title("score", fontsize=FONT["tick"])
         if baseline is not None:
-            bar.ax.axhline(baseline, color=PALETTE[1], lw=2.0)
-            bar.ax.text(1.05, baseline, " random", transform=bar.ax.get_yaxis_transform(),
+            bar.ax.axhline(baseline, color=PALETTE[1], lw=2.0, ls="--")
+            bar.ax.text(1.05, baseline, " random\n heads", transform=bar.ax.get_yaxis_transform(),
                         va="center", fontsize=FONT["note"], color=PALETTE[1])
     return fig
 
@@ -240,7 +246,8 @@ def induction_view(state, axes=None):
     ``state`` is an :class:`attnlib.explorers.induction.InductionState`. Left: the weights
     of the query over the keys (the matched key hatched and labelled). Right: the score the
     query gives the matched key, split into the parts of that key computed from the
-    embedding and from each layer-0 head's output.
+    embedding and from each layer-0 head's output, beside the same parts averaged over the
+    other keys.
     """
     if axes is None:
         with course_style():
@@ -263,15 +270,17 @@ def induction_view(state, axes=None):
         ax_w.annotate(f"{w[state.matched]:.2f}", (state.matched, w[state.matched]),
                       xytext=(0, 3), textcoords="offset points", ha="center",
                       fontsize=FONT["note"])
-        parts = as_numpy(state.parts)
+        parts, others = as_numpy(state.parts), as_numpy(state.others)
         names = list(state.part_names)
-        y = np.arange(len(parts))[::-1]
-        for i, (yy, v) in enumerate(zip(y, parts, strict=True)):
-            ax_s.barh(yy, v, color=PALETTE[(i + 2) % len(PALETTE)], hatch=HATCHES[i % len(HATCHES)],
-                      edgecolor="0.15", lw=0.6, height=0.7)
+        y = np.arange(len(parts))[::-1].astype(float)
+        for k, (vals, what) in enumerate(((parts, f"key {state.matched}"),
+                                          (others, "other keys (mean)"))):
+            ax_s.barh(y + (0.2 if k == 0 else -0.2), vals, height=0.38, label=what,
+                      color=PALETTE[1] if k == 0 else PALETTE[0], hatch="//" if k == 0 else "",
+                      edgecolor="0.15", lw=0.6)
         ax_s.axvline(0, color="0.3", lw=0.8)
         ax_s.set_yticks(y, labels=names, fontsize=FONT["note"])
         ax_s.set_xlabel("part of the score")
-        ax_s.set_title(f"key {state.matched}: score {parts.sum():.1f}",
-                       fontsize=FONT["legend"] + 1)
+        ax_s.set_title(f"score {parts.sum():.1f}, split", fontsize=FONT["legend"] + 1)
+        ax_s.legend(loc="lower right", fontsize=FONT["note"], frameon=True, framealpha=0.9)
     return axes
