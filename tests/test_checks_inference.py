@@ -413,7 +413,82 @@ def backward_dv_not_transposed(q, k, v, g):
     return _backward(q, k, v, g, dv_transposed=False)
 
 
+def mask_by_indexing(q, k, v, mask=None):
+    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    if mask is not None:
+        s[~mask] = -np.inf  # a (batch, 1, seq_k) padding mask cannot index (batch, seq_q, seq_k)
+    w = _safe_softmax(s)
+    return w @ v, w
+
+
+def softmax_without_keepdims_in_attend(q, k, v, mask=None):
+    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    if mask is not None:
+        s = np.where(mask, s, -np.inf)
+    e = np.exp(s - s.max(axis=-1))
+    w = e / e.sum(axis=-1)
+    return w @ v, w
+
+
+def mask_filled_with_zero(q, k, v, mask=None):
+    return _attend_np(q, k, v, mask, fill=0.0)
+
+
+def attend_axis_0(q, k, v, mask=None):
+    return _attend_np(q, k, v, mask, axis=0)
+
+
+def scale_by_len_of_k_and_k_dot_T(q, k, v, mask=None):
+    return _attend_np(q, k, v, mask, scale=lambda q, k, v: 1 / np.sqrt(len(k)),
+                      transpose=lambda k: k.T)  # fmt: skip
+
+
+def softmax_without_keepdims(x):
+    e = np.exp(x - x.max(axis=-1))
+    return e / e.sum(axis=-1)
+
+
+def softmax_one_liner(x):
+    return np.exp(x) / np.sum(np.exp(x))
+
+
+def decode_concatenate_axis_0(q_new, k_new, v_new, k_cache, v_cache):
+    k, v = np.concatenate([k_cache, k_new]), np.concatenate([v_cache, v_new])  # axis=0
+    m = causal_mask(q_new.shape[-2], k.shape[-2], align="bottom_right")
+    return _attend_np(q_new, k, v, m)[0], k, v
+
+
+def rotary_positions_from_arange(q, k, v, positions):
+    pos = np.arange(q.shape[-2])
+    return _attend_np(_rope(q, pos), _rope(k, pos), v)
+
+
+def mha_weights_as_stored(query, key, value, W, b, Wo, bo, n_heads, batch_first):
+    d = query.shape[-1]
+    W = torch.cat([W[:d].T, W[d : 2 * d].T, W[2 * d :].T])  # what `x @ W_q` computes
+    return _mha(query, key, value, W, b, Wo, bo, n_heads, batch_first)
+
+
+def backward_unweighted_correction(q, k, v, g):
+    c = 1 / np.sqrt(q.shape[-1])
+    A = _softmax_rows(q @ np.swapaxes(k, -1, -2) * c)
+    dA = g @ np.swapaxes(v, -1, -2)
+    dS = A * (dA - dA.sum(-1, keepdims=True))
+    return dS @ k * c, np.swapaxes(dS, -1, -2) @ q * c, np.swapaxes(A, -1, -2) @ g
+
+
 REALISTIC = [
+    ("attend", mask_by_indexing, ["mask-not-broadcast"]),
+    ("attend", softmax_without_keepdims_in_attend, ["keepdims-missing"]),
+    ("attend", mask_filled_with_zero, ["mask-multiplied"]),
+    ("attend", attend_axis_0, ["softmax-over-queries"]),
+    ("attend", scale_by_len_of_k_and_k_dot_T, ["scale-sqrt-seq-k", "batch-not-supported"]),
+    ("softmax", softmax_without_keepdims, ["keepdims-missing"]),
+    ("softmax", softmax_one_liner, ["unstable-softmax", "softmax-sums-everything"]),
+    ("decode_step", decode_concatenate_axis_0, ["cache-wrong-axis"]),
+    ("rotary_attend", rotary_positions_from_arange, ["positions-ignored"]),
+    ("mha_by_hand", mha_weights_as_stored, ["in-proj-not-transposed"]),
+    ("attention_backward", backward_unweighted_correction, ["softmax-jacobian-unweighted"]),
     ("attend", k_dot_T, ["batch-not-supported"]),
     ("attend", attend_axis_1, ["softmax-over-queries"]),
     ("attend", torch_masked_fill_true_blocks, ["mask-inverted"]),

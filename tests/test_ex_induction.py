@@ -73,6 +73,10 @@ def test_k_composition_on_the_shipped_model_matches_composition_scores():
         W_v, W_o = model.weight("W_v", 0), model.weight("W_o", 0)
         for i in range(model.n_heads):
             for j in range(model.n_heads):
-                s = ref(W_q[:, j * d : (j + 1) * d], W_k[:, j * d : (j + 1) * d],
-                        W_v[:, i * d : (i + 1) * d], W_o[i * d : (i + 1) * d])
+                s = ref(
+                    W_q[:, j * d : (j + 1) * d],
+                    W_k[:, j * d : (j + 1) * d],
+                    W_v[:, i * d : (i + 1) * d],
+                    W_o[i * d : (i + 1) * d],
+                )
                 assert s == pytest.approx(comp["k"][i, j], rel=1e-4)

@@ -215,8 +215,10 @@ def test_composition_scores_match_float64_numpy(small_model):
             assert comp["v"][i, j] == pytest.approx(fro(ov @ ov1) / (fro(ov) * fro(ov1)))
     for m in comp.values():
         assert ((0 <= m) & (m <= 1)).all()
-    torch.testing.assert_close(ind.qk_matrix(small_model, 1, 0).double(),
-                               torch.tensor(block("W_q1.weight", 0) @ block("W_k1.weight", 0).T))
+    torch.testing.assert_close(
+        ind.qk_matrix(small_model, 1, 0).double(),
+        torch.tensor(block("W_q1.weight", 0) @ block("W_k1.weight", 0).T),
+    )
     base = ind.random_composition_baseline(n=50)
     assert base == ind.random_composition_baseline(n=50) and 0.05 < base < 0.3
 
@@ -252,13 +254,14 @@ def test_shipped_model_shows_the_lessons_circuit(model, control, test_tokens):
     assert prev[h] > 0.75 and prev[1 - h] < 0.15
     assert (ind.induction_score(r.weights1) > 0.95).all()
     assert (ind.induction_score(rc.weights1) < 0.05).all()
-    acc = {side: ind.induction_accuracy(model(test_tokens, remove={side: [h]}), test_tokens)
-           for side in "qkv"}
+    acc = {
+        side: ind.induction_accuracy(model(test_tokens, remove={side: [h]}), test_tokens)
+        for side in "qkv"
+    }
     assert ind.induction_accuracy(r.logits, test_tokens) > 0.99
     assert acc["k"] < 0.1 and acc["q"] > 0.99 and acc["v"] > 0.99, acc
     comp = ind.composition_scores(model)
-    assert comp["k"][h].min() > 1.5 * max(comp["k"][1 - h].max(), comp["q"].max(),
-                                          comp["v"].max())
+    assert comp["k"][h].min() > 1.5 * max(comp["k"][1 - h].max(), comp["q"].max(), comp["v"].max())
 
 
 def test_shipped_log_shows_the_phase_change():
@@ -312,7 +315,9 @@ def test_ablation_bars_and_composition_maps_draw_their_numbers():
     maps = fig.axes[:3]
     for ax, side in zip(maps, "qkv", strict=True):
         np.testing.assert_allclose(ax.images[0].get_array(), comp[side])
-        assert sorted(t.get_text() for t in ax.texts) == sorted(f"{v:.2f}" for v in comp[side].ravel())
+        assert sorted(t.get_text() for t in ax.texts) == sorted(
+            f"{v:.2f}" for v in comp[side].ravel()
+        )
     assert len(fig.axes) == 4  # three maps and the colourbar
     assert fig.get_size_inches()[0] <= 8.0
     plt.close("all")
@@ -324,8 +329,11 @@ def test_head_patterns_rings_the_cells_it_is_given():
     fig = plot.head_patterns(w, titles=["a", "b"], marks=marks, mark_label=["x", "y"])
     for ax, cells in zip(fig.axes[:2], marks, strict=True):
         np.testing.assert_allclose(ax.collections[-1].get_offsets(), [(k, q) for q, k in cells])
-        np.testing.assert_allclose(ax.images[0].get_array().filled(np.nan)[np.tril_indices(6)],
-                                   w[fig.axes.index(ax)].numpy()[np.tril_indices(6)], rtol=1e-6)
+        np.testing.assert_allclose(
+            ax.images[0].get_array().filled(np.nan)[np.tril_indices(6)],
+            w[fig.axes.index(ax)].numpy()[np.tril_indices(6)],
+            rtol=1e-6,
+        )
         assert ax.images[0].get_array().mask[np.triu_indices(6, 1)].all()  # masked cells
     with pytest.raises(ValueError, match="titles"):
         plot.head_patterns(w, titles=["a"], marks=marks)
@@ -342,8 +350,9 @@ def test_induction_state_splits_the_matched_keys_score_exactly(model):
     for t in range(9, 16):
         s = induction_state(model, tokens, t, head=1, prev_head=0)
         assert s.matched == t - 8 + 1
-        np.testing.assert_allclose(s.weights, r.weights1[0, 1, t, : t + 1].double().numpy(),
-                                   rtol=1e-6)
+        np.testing.assert_allclose(
+            s.weights, r.weights1[0, 1, t, : t + 1].double().numpy(), rtol=1e-6
+        )
         qk = float(r.q1[0, 1, t] @ r.k1[0, 1, s.matched]) / math.sqrt(model.d_head)
         assert s.score == pytest.approx(qk, rel=1e-4)
         assert int(np.argmax(s.margin)) == 1  # head 0.0's part lifts the winner most
@@ -359,11 +368,11 @@ def test_induction_explorer_follows_its_controls_and_is_stored_as_a_still(model)
     tokens = ind.make_sequences(1, 8, generator=torch.Generator().manual_seed(1))[0]
     live = induction_explorer(model, tokens, 12, head=1)
     assert isinstance(live, LiveExplorer)
-    assert live.state.position == 12 and live.box.image.value.startswith(PNG_MAGIC)
-    before = live.box.image.value
+    assert live.state.position == 12 and bytes(live.box.image.value).startswith(PNG_MAGIC)
+    before = bytes(live.box.image.value)
     live.box.position_slider.value = 14
     assert live.state.position == 14 and live.state.matched == 7
-    assert live.box.image.value != before
+    assert bytes(live.box.image.value) != before
     live.box.head_buttons.value = 0
     assert live.state.head == 0
     bundle = live._repr_mimebundle_()

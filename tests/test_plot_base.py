@@ -93,7 +93,10 @@ def test_bars_heights_labels_and_highlight():
     np.testing.assert_array_equal(heights, vals)
     assert tick_texts(ax.xaxis) == ["a", "b", "c", "d"]
     colours = [to_hex(p.get_facecolor()) for p in ax.patches]
-    assert colours[2] == plot.PALETTE[1] and set(colours[:2] + colours[3:]) == {plot.PALETTE[0]}
+    assert colours[2] == plot.PALETTE[1].lower()
+    assert set(colours[:2] + colours[3:]) == {plot.PALETTE[0].lower()}
+    # the highlight is hatched too: not colour alone
+    assert [p.get_hatch() for p in ax.patches] == [None, None, "//", None]
     assert ax.get_title() == "scores" and ax.get_ylabel() == "q·k"
 
 
@@ -115,7 +118,9 @@ def test_attention_grid_one_map_per_panel():
     fig = plot.attention_grid(w, titles=["h0", "h1", "h2"], ncols=2, suptitle="heads")
     assert isinstance(fig, Figure)
     maps = [ax for ax in fig.axes if ax.images]
-    assert len(maps) == 3 and len(fig.axes) == 4  # 2 x 2 grid, last panel off
+    # 2 x 2 grid, last panel off, and one colourbar shared by the maps
+    assert len(maps) == 3 and len(fig.axes) == 5
+    assert fig.axes[4].get_label() == "<colorbar>" and fig.axes[4].get_ylabel() == "weights"
     for i, ax in enumerate(maps):
         np.testing.assert_array_equal(np.asarray(ax.images[0].get_array()), w[i])
         assert ax.get_title() == f"h{i}"
@@ -131,7 +136,9 @@ def test_new_axes_and_course_style():
     before = mpl.rcParams["axes.spines.top"]
     with plot.course_style():
         assert mpl.rcParams["axes.spines.top"] is False
-        assert mpl.rcParams["axes.prop_cycle"].by_key()["color"] == list(plot.PALETTE)
+        assert [c.lower() for c in mpl.rcParams["axes.prop_cycle"].by_key()["color"]] == [
+            c.lower() for c in plot.PALETTE
+        ]
     assert mpl.rcParams["axes.spines.top"] == before
     # the course look is on the figures: no top/right spine
     ax = plot.bars([1.0, 2.0])

@@ -244,6 +244,11 @@ def test_missing_forged_or_hostile_outputs_earn_nothing_and_are_flagged(exchange
     (folder / "0.npy").unlink()
     (folder / "0.npy").symlink_to("/etc/hostname")
     assert not grading.judge("softmax", exchange).ok
+    # a FIFO under the manifest's name does not hang the grader
+    (folder / "manifest.json").unlink()
+    os.mkfifo(folder / "manifest.json")
+    assert not grading.judge("softmax", exchange).ok
+    (folder / "manifest.json").unlink()
     # fewer results than cases
     grading.record("softmax", good_softmax, exchange)
     manifest = json.loads((folder / "manifest.json").read_text())
@@ -276,3 +281,31 @@ def test_library_equivalents_are_named_as_such_not_as_the_course_reference():
         grading.refused_calls("attend")["torch.nn.functional.scaled_dot_product_attention"]
         == grading.LIBRARY_EQUIVALENT
     )
+
+
+@pytest.mark.grading
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:Object of type:Warning")
+def test_grading_without_a_sandbox_says_so_on_every_row(tmp_path):
+    import csv
+
+    import nbformat
+    from nbfixtures import LESSONS, write_lessons
+
+    notebooks, course = tmp_path / "notebooks", tmp_path / "course"
+    write_lessons(notebooks, {"01_fixture": LESSONS["01_fixture"]})
+    gradebook.release(course, notebooks)
+    for who in ("a", "b"):
+        d = course / "submitted" / who / "01_fixture"
+        d.mkdir(parents=True)
+        src = notebooks if who == "a" else course / "release" / "01_fixture"
+        nbformat.write(
+            nbformat.read(src / "01_fixture.ipynb", as_version=4), d / "01_fixture.ipynb"
+        )
+    gradebook.autograde(course, notebooks, timeout=30, jobs=1, unsafe_no_sandbox=True, echo=print)
+    with open(course / "grades.csv") as fh:
+        rows = {r["student_id"]: r for r in csv.DictReader(fh)}
+    assert rows["a"]["score"] == "3.0" and rows["b"]["score"] == "0.0"  # still judged outside
+    for row in rows.values():
+        assert row["sandbox"] == gradebook.UNSAFE
+        assert "WITHOUT a sandbox" in row["notes"]

@@ -560,7 +560,8 @@ def _open_inside(root: Path, parts: list[str]) -> int:
             if part in ("", ".", "..") or "/" in part:
                 raise ValueError(f"bad name {part!r}")
             last = i == len(parts) - 1
-            flags = os.O_RDONLY | os.O_NOFOLLOW | (0 if last else os.O_DIRECTORY)
+            # O_NONBLOCK: a FIFO planted under a file's name must not hang the grader
+            flags = os.O_RDONLY | os.O_NOFOLLOW | (os.O_NONBLOCK if last else os.O_DIRECTORY)
             nxt = os.open(part, flags, dir_fd=fd)
             os.close(fd)
             fd = nxt

@@ -13,28 +13,39 @@ folder is generated: ``build/source/<lesson>/<lesson>.ipynb`` is a copy of
 ``notebooks/<lesson>.ipynb`` for every lesson with graded cells (one assignment per
 lesson, named like the notebook, e.g. ``03_attention``). Nothing is kept twice by hand.
 
-What this adds to plain nbgrader (each point has a test in ``tests/test_grading.py``):
+What this adds to plain nbgrader (each point has a test in ``tests/test_grading.py`` or
+``tests/test_sandbox.py``):
 
-* :class:`ResilientExecute` — a cell that times out is interrupted; if the kernel stays
-  stuck (a loop that swallows ``KeyboardInterrupt``) or dies (``os._exit``, a crash), the
-  kernel is restarted, the cells that ran before are run again, and grading goes on, so
-  the other exercises are still graded. The cell gets an error output saying what
-  happened. It also calls :func:`attnlib.checks.grading.snapshot` at kernel start.
+* **A sandbox per submission** (:mod:`attnlib.course.sandbox`): every kernel nbgrader starts
+  runs inside bubblewrap — read-only course and venv, a folder with only its submission, no
+  network, a separate uid, memory and CPU limits. Without bubblewrap, grading refuses
+  unless told ``--unsafe-no-sandbox`` (and the CSV says so on every row).
+* :class:`ResilientExecute` — runs a test cell's visible part as the cell and its hidden
+  region as a separate, silent execution whose outputs the grader judges itself
+  (:func:`attnlib.checks.grading.judge`): the verdict is made outside the kernel. A cell
+  that times out is interrupted; if the kernel stays stuck (a loop that swallows
+  ``KeyboardInterrupt``) or dies (``os._exit``, a crash), it is restarted, the cells that
+  ran before are run again, and grading goes on. It also calls
+  :func:`attnlib.checks.grading.snapshot` at kernel start.
 * :class:`StderrIsNotFailure` — nbgrader scores a test cell that wrote to stderr as
   failed; a library warning from a correct solution must not cost points, so stderr in
   graded test cells is shown as ordinary output (errors still fail the cell).
 * :class:`ShortenHiddenTracebacks` — feedback shows no hidden-test source: tracebacks of
   cells with hidden tests are cut to their last line (with ``ClearHiddenTests``).
-* The driver audits every submission outside the kernel: the learner-editable cells are
-  parsed and anything that touches the testing machinery (assigning to attributes of
-  numpy, torch, attnlib or builtins, ``setattr``, classes defining ``__eq__``, calls of
-  the references, ``sys.settrace``...) flags the submission for manual review, as do the
-  ``[needs-review]`` and ``[calls-reference]`` messages of the hidden tests.
+* The driver audits the notebook nbgrader graded, outside the kernel
+  (:func:`audit_notebook`): every cell that is not one of the instructor's is parsed,
+  aliases are followed, and anything that touches the testing machinery, IPython's hooks,
+  files or the gradebook flags the submission, as do nbgrader's own "attribute changed"
+  warnings (:func:`log_findings`) and the hidden tests' ``[needs-review]`` and
+  ``[calls-reference]`` verdicts. A flagged submission's score is left empty
+  (status ``FLAGGED``), with the reasons — never a number.
 * A submission that cannot be graded at all is reported on the console and in the CSV
   (status ``NOT GRADED``, empty score — never a silent zero); the other students'
   grades are kept.
-* :class:`CourseCsvExport` — nbgrader's CSV plus ``status``, ``needs_review`` and
-  ``notes`` columns; ``nbgrader export`` uses it too.
+* ``jobs`` workers grade submissions in parallel (one sandbox each; writes to
+  gradebook.db serialised by a file lock), with a progress bar and the class's time.
+* :class:`CourseCsvExport` — nbgrader's CSV plus ``status``, ``needs_review``,
+  ``sandbox`` and ``notes`` columns; ``nbgrader export`` uses it too.
 """
 
 from __future__ import annotations
@@ -1198,17 +1209,24 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def forget_bytecode() -> None:
-    """Delete attnlib's ``__pycache__`` folders before grading.
+def refresh_bytecode() -> None:
+    """Rebuild attnlib's ``__pycache__`` from its sources before grading.
 
-    A sandboxed kernel cannot write them (the course is read-only in the sandbox), but an
-    earlier unsandboxed run could have planted one; Python rebuilds them from the sources.
+    A sandboxed kernel cannot write bytecode (the course is read-only in the sandbox), but
+    an earlier unsandboxed run could have planted some; recompiling every module overwrites
+    it, and the kernels then load this trusted bytecode instead of compiling attnlib each.
     """
+    import compileall
+
     import attnlib
 
     for pkg in attnlib.__path__:
         for cache in Path(pkg).rglob("__pycache__"):
             shutil.rmtree(cache, ignore_errors=True)
+        try:
+            compileall.compile_dir(pkg, quiet=2, force=True)
+        except OSError:  # a read-only installation: nothing could have been planted there
+            pass
 
 
 def autograde(
@@ -1247,7 +1265,7 @@ def autograde(
             f"--unsafe-no-sandbox (every row of the CSV then says so)."
         )
     sandbox = "none" if unsafe_no_sandbox else "bwrap"
-    forget_bytecode()
+    refresh_bytecode()
     names = build_source(notebooks, course)
     cfg = load_config(course, timeout)
     pairs = [

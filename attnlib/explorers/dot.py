@@ -102,7 +102,7 @@ def render_dot(state: DotState) -> bytes:
         )
         ax_s.set_ylim(-1.1 * limit, 1.1 * limit)
 
-    return figure_png(draw, (8.0, 3.6))
+    return figure_png(draw, (8.0, 3.2))
 
 
 def dot_explorer(keys, *, angle: float = 0.0, length: float = 1.0, labels=None):

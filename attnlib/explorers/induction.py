@@ -201,15 +201,16 @@ def induction_explorer(
 
     first = induction_state(model, tokens, position, head=head, prev_head=prev_head)
     seq = len(first.labels)
-    pos_s = W.IntSlider(value=first.position, min=1, max=seq - 1, description="query",
-                        continuous_update=False)
-    head_b = W.ToggleButtons(options=list(range(model.n_heads)), value=first.head,
-                             description="head 1.")
+    pos_s = W.IntSlider(
+        value=first.position, min=1, max=seq - 1, description="query", continuous_update=False
+    )
+    head_b = W.ToggleButtons(
+        options=list(range(model.n_heads)), value=first.head, description="head 1."
+    )
     box = explorer_box(
         [pos_s, head_b],
         {"position_slider": pos_s, "head_buttons": head_b},
-        lambda: induction_state(model, tokens, pos_s.value, head=head_b.value,
-                                prev_head=prev_head),
+        lambda: induction_state(model, tokens, pos_s.value, head=head_b.value, prev_head=prev_head),
         render_induction,
     )
     return LiveExplorer(box, "induction explorer")

@@ -80,16 +80,25 @@ def phase_change(
         if phase_step is not None and phase_step >= 0:
             ax.axvline(phase_step, color="0.2", lw=1.2, ls=":")
             ax.annotate(
-                f"phase change\n(step {phase_step})", (phase_step, 0.5 * chance), xytext=(6, 0),
-                textcoords="offset points", fontsize=FONT["note"], va="center",
+                f"phase change\n(step {phase_step})",
+                (phase_step, 0.5 * chance),
+                xytext=(6, 0),
+                textcoords="offset points",
+                fontsize=FONT["note"],
+                va="center",
             )
         ax.set_xlim(x[0], x[-1] * 1.36)  # room for the direct labels
         top = max(ax.get_ylim()[1], chance * 1.15)
         ax.set_ylim(0, top)
         ax.annotate(
-            f"chance: log 50 = {chance:.2f}", (x[0] + 0.62 * (x[-1] - x[0]), chance),
-            xytext=(0, -5), textcoords="offset points", va="top", ha="center",
-            color="0.3", fontsize=FONT["note"],
+            f"chance: log 50 = {chance:.2f}",
+            (x[0] + 0.62 * (x[-1] - x[0]), chance),
+            xytext=(0, -5),
+            textcoords="offset points",
+            va="top",
+            ha="center",
+            color="0.3",
+            fontsize=FONT["note"],
         )
         # direct labels at the right ends, pushed apart so that none overlaps another
         gap = 0.075 * top
@@ -97,8 +106,16 @@ def phase_change(
         for y_end, label, c in sorted(ends):
             y_text = max([y_end] + [p + gap for p in placed])
             placed.append(y_text)
-            ax.annotate(label, (x[-1], y_end), xytext=(x[-1] + 0.02 * (x[-1] - x[0]), y_text),
-                        textcoords="data", color=c, va="center", fontsize=FONT["legend"])
+            ax.annotate(
+                label,
+                (x[-1], y_end),
+                xytext=(x[-1] + 0.02 * (x[-1] - x[0]), y_text),
+                textcoords="data",
+                color=c,
+                va="center",
+                fontsize=FONT["legend"],
+            )
+        ax.set_xticks([t for t in ax.get_xticks() if x[0] <= t <= x[-1]])
         ax.set_xlabel("training step")
         ax.set_ylabel("loss (nats)")
         if title:
@@ -141,24 +158,48 @@ def head_patterns(
         fig, axes = plt.subplots(1, n, figsize=fit_width(3.9 * n + 0.4, 4.4), layout="constrained")
         axes = np.atleast_1d(axes)
         for i, ax in enumerate(axes):
-            heatmap(w[i], ax=ax, queries=labels, keys=labels, annotate=False, colorbar=False,
-                    mask=causal, mask_legend=False)
+            heatmap(
+                w[i],
+                ax=ax,
+                queries=labels,
+                keys=labels,
+                annotate=False,
+                colorbar=False,
+                mask=causal,
+                mask_legend=False,
+            )
             ring = f"\n\u25cb = {mark_label[i]}" if i < len(mark_label) else ""
             ax.set_title(titles[i] + ring, fontsize=FONT["legend"] + 1)
             ax.tick_params(axis="x", labelrotation=90, labelsize=FONT["note"])
             ax.tick_params(axis="y", labelsize=FONT["note"])
             cells = np.asarray(marks[i], dtype=float).reshape(-1, 2)
-            ax.scatter(cells[:, 1], cells[:, 0], s=70, facecolors="none",
-                       edgecolors=PALETTE[1], linewidths=1.6, marker="o")
+            ax.scatter(
+                cells[:, 1],
+                cells[:, 0],
+                s=70,
+                facecolors="none",
+                edgecolors=PALETTE[1],
+                linewidths=1.6,
+                marker="o",
+            )
         im = axes[0].images[0]
         fig.colorbar(im, ax=list(axes), shrink=0.8, label="weight")
-        fig.legend(handles=[masked_patch("masked (future keys)")], loc="outside lower center",
-                   fontsize=FONT["note"])
+        fig.legend(
+            handles=[masked_patch("masked (future keys)")],
+            loc="outside lower center",
+            fontsize=FONT["note"],
+        )
     return fig
 
 
-def ablation_bars(results: Mapping[str, float], *, chance: float | None = None, ax=None,
-                  title: str | None = None, xlabel: str = "induction accuracy"):
+def ablation_bars(
+    results: Mapping[str, float],
+    *,
+    chance: float | None = None,
+    ax=None,
+    title: str | None = None,
+    xlabel: str = "induction accuracy",
+):
     """Horizontal bars, one per intervention, each labelled with its value.
 
     Parameters
@@ -175,23 +216,40 @@ def ablation_bars(results: Mapping[str, float], *, chance: float | None = None, 
     with course_style():
         y = np.arange(len(vals))[::-1]
         for i, (yy, v) in enumerate(zip(y, vals, strict=True)):
-            ax.barh(yy, v, color=PALETTE[i % len(PALETTE)], hatch=HATCHES[i % len(HATCHES)],
-                    edgecolor="white" if not HATCHES[i % len(HATCHES)] else "0.15", height=0.7)
+            ax.barh(
+                yy,
+                v,
+                color=PALETTE[i % len(PALETTE)],
+                hatch=HATCHES[i % len(HATCHES)],
+                edgecolor="white" if not HATCHES[i % len(HATCHES)] else "0.15",
+                height=0.7,
+            )
             ax.text(v + 0.01, yy, f"{v:.2f}", va="center", fontsize=FONT["legend"])
         ax.set_yticks(y, labels=labels)
         ax.set_xlim(0, 1.12)
         if chance is not None:
             ax.axvline(chance, color="0.3", ls=":", lw=1.2)
-            ax.annotate("chance", (chance, y[0] + 0.45), xytext=(3, 0), textcoords="offset points",
-                        fontsize=FONT["note"], color="0.3")
+            ax.annotate(
+                "chance",
+                (chance, y[0] + 0.45),
+                xytext=(3, 0),
+                textcoords="offset points",
+                fontsize=FONT["note"],
+                color="0.3",
+            )
         ax.set_xlabel(xlabel)
         if title:
             ax.set_title(title)
     return ax
 
 
-def composition_maps(scores: Mapping[str, np.ndarray], *, baseline: float | None = None,
-                     rows: Sequence[str] | None = None, cols: Sequence[str] | None = None):
+def composition_maps(
+    scores: Mapping[str, np.ndarray],
+    *,
+    baseline: float | None = None,
+    rows: Sequence[str] | None = None,
+    cols: Sequence[str] | None = None,
+):
     """Q-, K- and V-composition as three small heat maps on one colour scale.
 
     Parameters
@@ -208,23 +266,31 @@ def composition_maps(scores: Mapping[str, np.ndarray], *, baseline: float | None
     mats = {s: as_numpy(scores[s]).astype(float) for s in ("q", "k", "v")}
     shape = mats["k"].shape
     if any(m.shape != shape or m.ndim != 2 for m in mats.values()):
-        raise ValueError(f"composition_maps: q, k, v need one shape, got "
-                         f"{[m.shape for m in mats.values()]}")
+        raise ValueError(
+            f"composition_maps: q, k, v need one shape, got {[m.shape for m in mats.values()]}"
+        )
     rows = rows or [f"0.{i}" for i in range(shape[0])]
     cols = cols or [f"1.{j}" for j in range(shape[1])]
     vmax = max(float(m.max()) for m in mats.values()) * 1.05
     names = {"q": "Q-composition", "k": "K-composition", "v": "V-composition"}
     with course_style():
-        fig, axes = plt.subplots(1, 3, figsize=fit_width(7.8, 3.2), layout="constrained",
-                                 sharey=True)
+        fig, axes = plt.subplots(
+            1, 3, figsize=fit_width(7.8, 3.2), layout="constrained", sharey=True
+        )
         for ax, side in zip(axes, ("q", "k", "v"), strict=True):
             m = mats[side]
             im = ax.imshow(m, cmap=WEIGHTS_CMAP, vmin=0.0, vmax=vmax, aspect="equal")
             for i in range(shape[0]):
                 for j in range(shape[1]):
-                    ax.text(j, i, f"{m[i, j]:.2f}", ha="center", va="center",
-                            fontsize=FONT["legend"],
-                            color="white" if m[i, j] / vmax > 0.6 else "black")
+                    ax.text(
+                        j,
+                        i,
+                        f"{m[i, j]:.2f}",
+                        ha="center",
+                        va="center",
+                        fontsize=FONT["legend"],
+                        color="white" if m[i, j] / vmax > 0.6 else "black",
+                    )
             ax.set_xticks(range(shape[1]), labels=cols)
             ax.set_yticks(range(shape[0]), labels=rows)
             ax.set_xlabel("layer-1 head")
@@ -234,8 +300,15 @@ def composition_maps(scores: Mapping[str, np.ndarray], *, baseline: float | None
         bar.ax.set_title("score", fontsize=FONT["tick"])
         if baseline is not None:
             bar.ax.axhline(baseline, color=PALETTE[1], lw=2.0, ls="--")
-            bar.ax.text(1.05, baseline, " random\n heads", transform=bar.ax.get_yaxis_transform(),
-                        va="center", fontsize=FONT["note"], color=PALETTE[1])
+            bar.ax.text(
+                1.05,
+                baseline,
+                " random\n heads",
+                transform=bar.ax.get_yaxis_transform(),
+                va="center",
+                fontsize=FONT["note"],
+                color=PALETTE[1],
+            )
     return fig
 
 
@@ -251,8 +324,9 @@ def induction_view(state, axes=None):
     """
     if axes is None:
         with course_style():
-            _, axes = plt.subplots(1, 2, figsize=(7.8, 3.3), layout="constrained",
-                                   width_ratios=(1.9, 1.0))
+            _, axes = plt.subplots(
+                1, 2, figsize=(7.8, 3.3), layout="constrained", width_ratios=(1.9, 1.0)
+            )
     ax_w, ax_s = axes
     with course_style():
         w = as_numpy(state.weights)
@@ -265,22 +339,37 @@ def induction_view(state, axes=None):
         ax_w.set_ylim(0, 1.08)
         ax_w.set_ylabel("weight")
         ax_w.set_xlabel("key (token)")
-        ax_w.set_title(f"query at {state.position} ({state.labels[state.position]}), "
-                       f"head 1.{state.head}", fontsize=FONT["legend"] + 1)
-        ax_w.annotate(f"{w[state.matched]:.2f}", (state.matched, w[state.matched]),
-                      xytext=(0, 3), textcoords="offset points", ha="center",
-                      fontsize=FONT["note"])
+        ax_w.set_title(
+            f"query at {state.position} ({state.labels[state.position]}), head 1.{state.head}",
+            fontsize=FONT["legend"] + 1,
+        )
+        ax_w.annotate(
+            f"{w[state.matched]:.2f}",
+            (state.matched, w[state.matched]),
+            xytext=(0, 3),
+            textcoords="offset points",
+            ha="center",
+            fontsize=FONT["note"],
+        )
         parts, others = as_numpy(state.parts), as_numpy(state.others)
         names = list(state.part_names)
         y = np.arange(len(parts))[::-1].astype(float)
-        for k, (vals, what) in enumerate(((parts, f"key {state.matched}"),
-                                          (others, "other keys (mean)"))):
-            ax_s.barh(y + (0.2 if k == 0 else -0.2), vals, height=0.38, label=what,
-                      color=PALETTE[1] if k == 0 else PALETTE[0], hatch="//" if k == 0 else "",
-                      edgecolor="0.15", lw=0.6)
+        for k, (vals, what) in enumerate(
+            ((parts, f"key {state.matched}"), (others, "other keys (mean)"))
+        ):
+            ax_s.barh(
+                y + (0.2 if k == 0 else -0.2),
+                vals,
+                height=0.38,
+                label=what,
+                color=PALETTE[1] if k == 0 else PALETTE[0],
+                hatch="//" if k == 0 else "",
+                edgecolor="0.15",
+                lw=0.6,
+            )
         ax_s.axvline(0, color="0.3", lw=0.8)
         ax_s.set_yticks(y, labels=names, fontsize=FONT["note"])
         ax_s.set_xlabel("part of the score")
         ax_s.set_title(f"score {parts.sum():.1f}, split", fontsize=FONT["legend"] + 1)
-        ax_s.legend(loc="lower right", fontsize=FONT["note"], frameon=True, framealpha=0.9)
+        ax_s.legend(loc="upper right", fontsize=FONT["note"], frameon=True, framealpha=0.9)
     return axes

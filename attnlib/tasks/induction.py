@@ -53,6 +53,7 @@ from attnlib.core import attend
 from attnlib.heads import split_heads
 from attnlib.positions import apply_rotary
 from attnlib.tasks.shipped import data_file
+from attnlib.training import torch_threads
 
 __all__ = [
     "N_TOKENS",
@@ -287,7 +288,14 @@ class InductionModel(nn.Module):
             queries / keys / values are computed from ``x1`` minus the outputs of these
             layer-0 heads; everything else reads the intact ``x1``. ``{"k": [0]}``: keys
             without head 0's output, queries and values untouched.
+
+        Runs on one thread (see :func:`attnlib.training.torch_threads`): the model is tiny,
+        so this is faster than several, and the numbers do not depend on the core count.
         """
+        with torch_threads(1):  # a tiny model: faster on one thread, same sums everywhere
+            return self._run(tokens, remove)
+
+    def _run(self, tokens: torch.Tensor, remove: dict | None) -> Run:
         if tokens.ndim != 2 or tokens.dtype != torch.long:
             raise ValueError(f"run: tokens must be a LongTensor (batch, seq), got {tokens.dtype}")
         remove = dict(remove or {})
@@ -405,7 +413,7 @@ def composition_scores(model: InductionModel) -> dict[str, np.ndarray]:
     """
     h = model.n_heads
     out = {side: np.zeros((h, h)) for side in "qkv"}
-    with torch.no_grad():
+    with torch.no_grad(), torch_threads(1):
         for i in range(h):
             ov = ov_matrix(model, 0, i)
             for j in range(h):
@@ -422,6 +430,12 @@ def random_composition_baseline(
     """Mean composition score of two unrelated heads: random Gaussian W_Q W_Kᵀ and W_V W_O
     of the model's shapes (rank d_head each)."""
     gen = torch.Generator().manual_seed(seed)
+    with torch_threads(1):
+        total = _baseline_sum(gen, n, d_model, d_head)
+    return total / n
+
+
+def _baseline_sum(gen, n, d_model, d_head) -> float:
     total = 0.0
     for _ in range(n):
         a, b, c, d = (
@@ -430,7 +444,7 @@ def random_composition_baseline(
         )
         left, right = a @ b, c @ d
         total += composition_score(left @ right.T, left, right)
-    return total / n
+    return total
 
 
 # ----------------------------------------------------------------------------------------
@@ -460,7 +474,7 @@ def train_model(
         Per step: ``loss`` (all predictions), ``first`` and ``repeated`` (the two halves,
         :func:`half_losses`), ``length``.
     """
-    from attnlib.training import torch_threads, train
+    from attnlib.training import train
 
     with torch_threads(1):
         torch.manual_seed(seed)
@@ -481,8 +495,9 @@ def train_model(
             return losses.mean(), extras
 
         desc = "induction model" if repeat else "control model"
-        history = train(model.parameters(), step, steps=steps, lr=lr, desc=desc,
-                        progress=progress, threads=1)
+        history = train(
+            model.parameters(), step, steps=steps, lr=lr, desc=desc, progress=progress, threads=1
+        )
     return model.eval(), history
 
 
@@ -569,7 +584,9 @@ def phase_change_step(log: dict, column: str = "repeated", window: int = 50) -> 
 def _main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--train", action="store_true", help="train both models and save them")
-    parser.add_argument("--out-dir", default=None, help="folder for the three files (default data/)")
+    parser.add_argument(
+        "--out-dir", default=None, help="folder for the three files (default data/)"
+    )
     parser.add_argument("--progress", action="store_true", help="show progress bars")
     args = parser.parse_args(argv)
     if not args.train:
@@ -586,9 +603,11 @@ def _main(argv=None) -> None:
     tokens = make_sequences(500, 20, generator=torch.Generator().manual_seed(12345))
     with torch.no_grad():
         acc = induction_accuracy(shipped(tokens), tokens)
-    print(f"trained both models in {seconds:.1f} s; induction accuracy {acc:.3f} "
-          f"(500 held-out sequences, length 20); phase change at step "
-          f"{phase_change_step(read_log(out / LOG_PATH.name))}; wrote {out}")
+    print(
+        f"trained both models in {seconds:.1f} s; induction accuracy {acc:.3f} "
+        f"(500 held-out sequences, length 20); phase change at step "
+        f"{phase_change_step(read_log(out / LOG_PATH.name))}; wrote {out}"
+    )
 
 
 if __name__ == "__main__":

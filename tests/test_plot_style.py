@@ -1,0 +1,375 @@
+"""The projector style of attnlib.plot, checked on the Figure objects every function returns.
+
+* text: base font 12 pt and nothing under 10 pt (tick labels, legends, heat-map numbers);
+* size: at most 8 in wide; stored (as the inline backend stores it, bbox "tight") at
+  150 dpi and at most 8.5 in wide;
+* colour: the Okabe–Ito palette, and a second channel for every series (marker or line
+  style on lines, hatching on bars, marker shape on scatters, direct labels);
+* heat maps: a colourbar, masked cells hatched grey with a "masked" legend entry;
+* no rcParams change on import; ``use_course_style`` is the one call that changes them.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+import subprocess
+import sys
+
+import matplotlib as mpl
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+from matplotlib.collections import PatchCollection
+from matplotlib.figure import Figure
+from matplotlib.text import Text
+
+from attnlib import plot
+from attnlib.masks import causal_mask
+from attnlib.plot._base import MASKED_HATCH
+
+OKABE_ITO = ["#0072B2", "#D55E00", "#009E73", "#E69F00", "#CC79A7", "#56B4E9", "#000000", "#F0E442"]
+
+
+@pytest.fixture(autouse=True)
+def close_all():
+    yield
+    plt.close("all")
+
+
+def figure_of(result) -> Figure:
+    if isinstance(result, Figure):
+        return result
+    if isinstance(result, np.ndarray | list | tuple):
+        return result[0].figure
+    return result.figure
+
+
+def stored_png(fig: Figure) -> bytes:
+    """The PNG a notebook stores for ``fig`` (the inline backend's path: fig.dpi, tight)."""
+    from IPython.core.pylabtools import print_figure
+
+    return print_figure(fig, "png", bbox_inches="tight")
+
+
+def png_size(png: bytes) -> tuple[int, int]:
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", png[16:24])
+
+
+# --------------------------------------------------------------------------- sample figures
+
+
+def _history(rng, decay):
+    from attnlib.training import History
+
+    h = History()
+    for i in range(60):
+        h.add(
+            **{
+                "loss": math.exp(-i * decay) + 0.05 * rng.random(),
+                "grad/W_q": 0.1 + rng.random(),
+                "grad/W_k": 0.1 + rng.random(),
+            }
+        )
+    return h
+
+
+def sample_figures():
+    """(name, callable) for every public figure function, on small made-up data."""
+    from attnlib.explorers import explorer_state
+    from attnlib.tasks import scaling
+
+    rng = np.random.default_rng(0)
+    d_ks = [4, 16, 64, 256]
+    sweep = scaling.width_sweep(d_ks, seq_k=8, n_rows=20, seed=0)
+    sc, un = sweep["scaled"], sweep["unscaled"]
+    scales = np.geomspace(1e-2, 10, 12)
+    temp = scaling.temperature_sweep(scales, d_k=16, seq_k=8, n_rows=20)
+    raw = {d: rng.standard_normal(400) * math.sqrt(d) for d in d_ks}
+    w = rng.dirichlet(np.ones(6), size=6)
+    runs = {"1/√d_k": _history(rng, 0.05), "1": _history(rng, 0.1), "1/d_k": _history(rng, 0.01)}
+    states = [explorer_state(64, c) for c in (1 / 8, 1.0, 1e-3)]
+    pts = {"keys": rng.standard_normal((64, 2)), "values": rng.standard_normal((64, 2))}
+    return [
+        ("heatmap", lambda: plot.heatmap(w, queries=list("abcdef"), keys=list("abcdef"))),
+        (
+            "heatmap-masked",
+            lambda: plot.heatmap(w * causal_mask(6), mask=causal_mask(6), title="t"),
+        ),
+        ("heatmap-scores", lambda: plot.heatmap(rng.standard_normal((5, 7)), kind="scores")),
+        ("bars", lambda: plot.bars(w[0], list("abcdef"), highlight=1, title="weights")),
+        ("vectors", lambda: plot.vectors(rng.standard_normal((3, 2)), ["q", "k0", "k1"])),
+        ("attention_grid", lambda: plot.attention_grid(np.stack([w] * 5), titles=list("abcde"))),
+        (
+            "variance_vs_width",
+            lambda: plot.variance_vs_width(d_ks, d_ks, scaled=[1.0] * 4, tolerance=[0.1] * 4),
+        ),
+        ("score_histograms", lambda: plot.score_histograms(raw)),
+        ("saturation_vs_width", lambda: plot.saturation_vs_width(d_ks, sc, un, seq_k=8)),
+        ("gradient_vs_width", lambda: plot.gradient_vs_width(d_ks, sc, un)),
+        (
+            "entropy_gradient_vs_scale",
+            lambda: plot.entropy_gradient_vs_scale(scales, temp, mark=0.25, seq_k=8),
+        ),
+        ("training_curves", lambda: plot.training_curves(runs)),
+        ("explorer_view", lambda: plot.explorer_view(states[0])),
+        ("explorer_grid", lambda: plot.explorer_grid(states)),
+        (
+            "learning_curves",
+            lambda: plot.learning_curves(
+                {"separate": rng.random(80), "tied": rng.random(80), "uniform": rng.random(80)},
+                chance=0.1,
+            ),
+        ),
+        (
+            "feature_spaces",
+            lambda: plot.feature_spaces(
+                pts, {"name": np.arange(64) % 16, "number": np.arange(64) % 4}
+            ),
+        ),
+        (
+            "grad_norm_curves",
+            lambda: plot.grad_norm_curves(
+                {
+                    "W_Q": rng.random(50) + 0.1,
+                    "W_K": rng.random(50) + 0.1,
+                    "W_V": rng.random(50) + 0.1,
+                }
+            ),
+        ),
+        ("entropy_curve", lambda: plot.entropy_curve(rng.random(50), seq_k=6)),
+        (
+            "cost_curves",
+            lambda: plot.cost_curves(
+                [64, 128, 256], {"no cache": [1, 2, 4], "cache": [1, 1.1, 1.2], "mqa": [1, 1, 1]}
+            ),
+        ),
+        ("position_codes", lambda: plot.position_codes(rng.uniform(-1, 1, (16, 32)))),
+        (
+            "score_vs_offset",
+            lambda: plot.score_vs_offset(
+                np.arange(-5, 6), {"q at 3": rng.random(11), "q at 7": rng.random(11)}
+            ),
+        ),
+        (
+            "role_scatter",
+            lambda: plot.role_scatter(
+                rng.standard_normal((60, 2)), np.arange(60) % 4, ["s", "o", "a", "x"]
+            ),
+        ),
+        (
+            "grouped_bars",
+            lambda: plot.grouped_bars(
+                rng.random((3, 2)), ["h0", "h1", "h2"], ["subject", "attractor"]
+            ),
+        ),
+    ]
+
+
+SAMPLES = sample_figures()
+
+
+@pytest.fixture(params=SAMPLES, ids=[name for name, _ in SAMPLES])
+def drawn(request):
+    name, make = request.param
+    fig = figure_of(make())
+    fig.canvas.draw()  # tick labels exist once drawn
+    return name, fig
+
+
+# --------------------------------------------------------------------------- the style
+
+
+def test_style_constants():
+    assert [c.upper() for c in plot.PALETTE] == OKABE_ITO
+    assert plot.STYLE["font.size"] >= 12 and plot.MIN_FONT >= 10
+    assert plot.STYLE["figure.dpi"] >= 150 and plot.STYLE["savefig.dpi"] >= 150
+    for key in ("xtick.labelsize", "ytick.labelsize", "legend.fontsize", "axes.labelsize"):
+        assert plot.STYLE[key] >= 10, key
+    assert plot.MAX_WIDTH <= 8
+    cycle = plot.STYLE["axes.prop_cycle"].by_key()
+    assert len(set(map(str, cycle["linestyle"][:4]))) == 4  # plain plt.plot gets line styles
+    # series styles: the first 16 all differ in (colour, marker)
+    pairs = {(plot.series_style(i)["color"], plot.series_style(i)["marker"]) for i in range(16)}
+    assert len(pairs) == 16
+
+
+def _look(handle) -> tuple:
+    """What tells a legend entry apart, colour aside."""
+    from matplotlib.container import BarContainer, ErrorbarContainer
+
+    if isinstance(handle, ErrorbarContainer):
+        handle = handle.lines[0]
+    if isinstance(handle, BarContainer):
+        handle = handle.patches[0]
+    if isinstance(handle, mpl.lines.Line2D):
+        return ("line", handle.get_marker(), str(handle.get_linestyle()))
+    if isinstance(handle, mpl.patches.Patch):
+        return ("patch", handle.get_hatch())
+    if isinstance(handle, mpl.collections.PathCollection):
+        return ("points", handle.get_paths()[0].vertices.round(3).tobytes())
+    return ("other", type(handle).__name__)
+
+
+def test_every_figure_is_readable_from_the_back_row(drawn):
+    """At most 8 in wide, 150 dpi, no text under 10 pt, stored at most 8.5 in wide, and
+    legend entries that never differ by colour alone."""
+    name, fig = drawn
+    width, height = fig.get_size_inches()
+    assert width <= plot.MAX_WIDTH + 1e-9, f"{name}: {width:.2f} in wide"
+    assert fig.dpi >= 150, f"{name}: {fig.dpi} dpi"
+    small = sorted(
+        {
+            (round(t.get_fontsize(), 1), t.get_text())
+            for t in fig.findobj(Text)
+            if t.get_visible() and t.get_text().strip() and t.get_fontsize() < plot.MIN_FONT
+        }
+    )
+    assert not small, f"{name}: text under {plot.MIN_FONT} pt: {small[:8]}"
+    w_px, h_px = png_size(stored_png(fig))
+    assert w_px / fig.dpi <= 8.5, f"{name}: stored {w_px} px = {w_px / fig.dpi:.2f} in wide"
+    for ax in fig.axes:
+        if ax.get_legend() is None:
+            continue
+        looks = [_look(h) for h in ax.get_legend_handles_labels()[0]]
+        if not looks:  # a legend made from explicit handles (e.g. the "masked" entry)
+            looks = [_look(h) for h in ax.get_legend().legend_handles]
+        assert len(set(looks)) == len(looks), f"{name}: legend entries differ by colour only"
+
+
+def test_series_differ_in_colour_and_marker():
+    rng = np.random.default_rng(1)
+    ax = plot.learning_curves({k: rng.random(30) for k in "abc"})
+    smooth = ax.get_lines()[1::2][:3]
+    assert len({ln.get_color() for ln in smooth}) == 3
+    assert len({ln.get_marker() for ln in smooth}) == 3
+    ax = plot.grouped_bars(rng.random((2, 3)), ["g0", "g1"], ["x", "y", "z"])
+    hatches = [p.get_hatch() for p in ax.patches]
+    assert len(set(hatches)) == 3  # one hatch per series
+    fig = plot.feature_spaces(
+        {"keys": rng.standard_normal((40, 2))},
+        {"name": np.arange(40) % 10},
+        names={"name": [f"n{i}" for i in range(10)]},
+    )
+    ax = fig.axes[0]
+    assert sorted(t.get_text() for t in ax.texts) == sorted(f"n{i}" for i in range(10))
+    (dots,) = ax.collections
+    np.testing.assert_array_equal(dots.get_offsets(), fig.axes[0].collections[0].get_offsets())
+    shapes = {p.vertices.round(3).tobytes() for p in dots.get_paths()}
+    assert len(shapes) == 8  # markers, not colour alone (8 shapes, 10 groups: colours too)
+
+
+def test_multi_panel_figures_can_be_split():
+    from attnlib.explorers import explorer_state
+    from attnlib.tasks import scaling
+
+    rng = np.random.default_rng(2)
+    runs = {"a": _history(rng, 0.05), "b": _history(rng, 0.1)}
+    assert len(plot.training_curves(runs).axes) == 3
+    only = plot.training_curves(runs, panels="loss")
+    assert [ax.get_title() for ax in only.axes] == ["loss"]
+    two = plot.training_curves(runs, panels=("grad/W_q", "grad/W_k"))
+    assert len(two.axes) == 2 and two.get_size_inches()[0] <= plot.MAX_WIDTH
+    sweep = scaling.width_sweep([4, 64], seq_k=8, n_rows=10, seed=0)
+    one = plot.saturation_vs_width(
+        [4, 64], sweep["scaled"], sweep["unscaled"], seq_k=8, panels="max_weight"
+    )
+    assert len(one.axes) == 1
+    raw = {d: rng.standard_normal(100) for d in (4, 16, 64, 256, 1024, 4096)}
+    assert plot.score_histograms(raw).get_size_inches()[0] <= plot.MAX_WIDTH
+    assert len(plot.score_histograms(raw, rows="scaled").axes) == 6
+    grid = plot.explorer_grid([explorer_state(16, c) for c in (0.1, 1, 10)], ncols=2)
+    assert grid.get_size_inches()[0] <= plot.MAX_WIDTH and len(grid.axes) == 4
+    with pytest.raises(ValueError, match="panels must be a non-empty selection"):
+        plot.training_curves(runs, panels="accuracy")
+    fig, axes = plot.subplots(1, 4, figsize=(16, 3))
+    assert fig.get_size_inches()[0] == plot.MAX_WIDTH and fig.dpi >= 150 and len(axes) == 4
+
+
+# --------------------------------------------------------------------------- heat maps
+
+
+def test_heatmaps_have_colourbars():
+    w = np.full((3, 4), 0.25)
+    ax = plot.heatmap(w)
+    (cbar,) = [a for a in ax.figure.axes if a.get_label() == "<colorbar>"]
+    assert cbar.get_ylabel() == "weights"
+    fig = plot.attention_grid(np.stack([w, w]))
+    assert [a.get_label() for a in fig.axes].count("<colorbar>") == 1
+    ax = plot.position_codes(np.zeros((4, 6)))
+    assert any(a.get_label() == "<colorbar>" for a in ax.figure.axes)
+
+
+def test_masked_cells_are_hatched_grey_with_a_legend_entry():
+    mask = causal_mask(4)  # True = may attend
+    w = np.tril(np.full((4, 4), 0.25))
+    ax = plot.heatmap(w, mask=mask, title="causal")
+    (hatched,) = [c for c in ax.collections if isinstance(c, PatchCollection)]
+    assert hatched.get_hatch() == MASKED_HATCH
+    assert len(hatched.get_paths()) == int((~mask).sum()) == 6
+    assert ax.get_legend() is not None
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["masked"]
+    # no number is written in a masked cell; every allowed cell has its number
+    numbers = {(round(t.get_position()[1]), round(t.get_position()[0])) for t in ax.texts}
+    assert numbers == {(int(i), int(j)) for i, j in zip(*np.nonzero(mask), strict=True)}
+    # the image itself hides the masked cells (drawn in the "bad" colour)
+    shown = ax.images[0].get_array()
+    assert np.array_equal(np.ma.getmaskarray(shown), ~mask)
+
+
+def test_non_finite_scores_are_drawn_as_masked():
+    s = np.array([[1.0, -np.inf], [0.5, 2.0]])
+    ax = plot.heatmap(s, kind="scores")
+    assert ax.images[0].get_clim() == (-2.0, 2.0)
+    (hatched,) = [c for c in ax.collections if isinstance(c, PatchCollection)]
+    assert len(hatched.get_paths()) == 1
+
+
+def test_attention_grid_masks_with_one_legend_entry():
+    w = np.stack([np.tril(np.full((3, 3), 1 / 3))] * 3)
+    fig = plot.attention_grid(w, mask=causal_mask(3))
+    legends = [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
+    assert len(legends) == 1
+    assert all(
+        any(isinstance(c, PatchCollection) for c in ax.collections) for ax in fig.axes if ax.images
+    )
+
+
+@pytest.mark.parametrize(
+    ("mask", "error", "pattern"),
+    [
+        (np.ones((2, 2)), TypeError, "mask must be boolean"),
+        (np.ones((3, 3), dtype=bool), ValueError, r"mask of shape \(3, 3\) does not broadcast"),
+    ],
+)
+def test_heatmap_mask_errors(mask, error, pattern):
+    with pytest.raises(error, match=pattern):
+        plot.heatmap(np.zeros((2, 2)), mask=mask)
+
+
+# --------------------------------------------------------------------------- global state
+
+
+def test_importing_changes_no_rcparams():
+    code = (
+        "import matplotlib as mpl\n"
+        "before = {k: repr(v) for k, v in mpl.rcParams.items() if k != 'backend'}\n"
+        "import attnlib, attnlib.plot, attnlib.explorers\n"
+        "after = {k: repr(v) for k, v in mpl.rcParams.items() if k != 'backend'}\n"
+        "print(sorted(k for k in before if before[k] != after[k]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_use_course_style_is_the_one_global_change():
+    saved = mpl.rcParams.copy()
+    try:
+        plot.use_course_style()
+        assert mpl.rcParams["figure.dpi"] == plot.STYLE["figure.dpi"]
+        assert mpl.rcParams["font.size"] == plot.STYLE["font.size"]
+        fig, ax = plt.subplots()  # a lesson's own figure gets the style too
+        assert fig.dpi >= 150 and ax.xaxis.get_ticklabels()[0].get_fontsize() >= 10
+    finally:
+        mpl.rcParams.update(saved)
