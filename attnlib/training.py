@@ -60,7 +60,8 @@ def progress_bar(steps: int, desc: str = "training", enabled: bool = True) -> tq
     3. when the bar closes, the display is updated back to the same fixed line.
 
     So the output a notebook stores is ``"<desc>: <steps> steps"`` (text/plain of a
-    ``display_data``), whether the frontend applied the updates (JupyterLab, nbclient and
+    ``display_data`` with output metadata ``{"attnlib": "progress"}``, by which lecture decks
+    leave it off the slides), whether the frontend applied the updates (JupyterLab, nbclient and
     ``tools/execute_notebooks.py`` do) or ignored them (nbval compares the first display
     only): stored and re-run outputs agree under strict nbval without a sanitizer, no bar,
     no timing and no stderr is ever stored. (A run that stops early ends on
@@ -105,6 +106,10 @@ class _Sink:
         pass
 
 
+# Output metadata of the bar's display: lecture decks leave the fixed line off the slides.
+PROGRESS_METADATA = {"attnlib": "progress"}
+
+
 class _LiveBar(tqdm):
     """tqdm drawn into one updatable notebook display; ends on a fixed line (see progress_bar)."""
 
@@ -114,7 +119,12 @@ class _LiveBar(tqdm):
         self._done_line = f"{desc}: {total} steps"
         self._finished = False
         # the fixed line first: the one output every reader of the notebook stores
-        self._handle = display({"text/plain": self._done_line}, raw=True, display_id=True)
+        self._handle = display(
+            {"text/plain": self._done_line},
+            raw=True,
+            metadata=PROGRESS_METADATA,
+            display_id=True,
+        )
         super().__init__(
             total=total, desc=desc, file=_Sink(), mininterval=0.2, ascii=True, bar_format=BAR_FORMAT
         )
@@ -129,6 +139,7 @@ class _LiveBar(tqdm):
             self._handle.update(
                 {"text/plain": line, "text/html": f"{bar} <code>{html.escape(line)}</code>"},
                 raw=True,
+                metadata=PROGRESS_METADATA,
             )
         return True
 
@@ -140,7 +151,7 @@ class _LiveBar(tqdm):
         line = self._done_line
         if self.total is not None and self.n < self.total:
             line = f"{self.desc}: stopped after {self.n} of {self.total} steps"
-        self._handle.update({"text/plain": line}, raw=True)
+        self._handle.update({"text/plain": line}, raw=True, metadata=PROGRESS_METADATA)
 
 
 @dataclass

@@ -967,3 +967,46 @@ def test_results_are_read_back_from_check_messages():
         "decode_step": ("wrong", ["cache-not-appended"]),
         "split_heads": ("needs review", []),
     }
+
+
+def test_the_measurements_recover_what_they_measure():
+    from attnlib.checks.measure import fmt, log_fit, name_factor, normalisation
+
+    rng = np.random.default_rng(0)
+    s = rng.standard_normal((4, 5))
+    w = _softmax_rows(0.354 * s)
+    assert normalisation(w) == "keys"
+    assert normalisation(np.swapaxes(_softmax_rows(np.swapaxes(s, 0, 1)), 0, 1)) == "queries"
+    assert normalisation(np.exp(s) / np.exp(s).sum()) == "all"
+    assert normalisation(np.exp(s)) == "none" and normalisation(w * np.nan) == "nan"
+    c, res = log_fit(w, s, "row")
+    assert abs(c - 0.354) < 1e-9 and res < 1e-9
+    assert log_fit(w, s, "col")[1] > 1e-3  # a per-row constant is not a per-column one
+    assert log_fit(np.zeros_like(w), s)[1] == math.inf
+    assert name_factor(0.3536, [(0.25, "1/√16", ""), (8**-0.5, "1/√8", "d_v")]) == ("1/√8", "d_v")
+    assert name_factor(0.3, [(0.25, "1/√16", "")]) is None
+    assert (fmt(16.0), fmt(1 / 8**0.5), fmt(0.0625)) == ("16", "0.354", "0.0625")
+
+
+def test_what_a_function_prints_while_probed_stays_out_of_the_cell(capsys):
+    def chatty(q, k, v, mask=None):
+        print("debug: shapes", q.shape, k.shape)
+        return scaled_by_sqrt_d_v(q, k, v, mask)
+
+    with pytest.raises(AssertionError, match=r"\[scale-sqrt-d-v\]"):
+        checks.check("attend", chatty)
+    printed = capsys.readouterr().out
+    assert printed.count("debug: shapes") == len(get_exercise("attend").cases())
+
+
+F32_VARIANTS = [
+    pytest.param(name, m.id, _float32(m.variants[0]), id=f"{name}-{m.id}-float32")
+    for name in INFERRED
+    for m in get_exercise(name).misconceptions
+    if name not in ("causal_mask", "padding_mask")  # they take sizes, not arrays
+]
+
+
+@pytest.mark.parametrize(("name", "mid", "fn"), F32_VARIANTS)
+def test_a_mistake_computed_in_float32_is_named_the_same(name, mid, fn):
+    assert checks.diagnose(name, fn) == [mid]

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from attnlib import plot
-from attnlib.explorers import LiveExplorer, induction_explorer, induction_state
+from attnlib.explorers import induction_explorer, induction_state
 from attnlib.tasks import induction as ind
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -365,18 +365,20 @@ def test_induction_state_splits_the_matched_keys_score_exactly(model):
 
 
 def test_induction_explorer_follows_its_controls_and_is_stored_as_a_still(model):
+    from IPython.core.formatters import DisplayFormatter
+
+    from attnlib.explorers._render import STILL_CAPTION
+
     tokens = ind.make_sequences(1, 8, generator=torch.Generator().manual_seed(1))[0]
-    live = induction_explorer(model, tokens, 12, head=1)
-    assert isinstance(live, LiveExplorer)
-    assert live.state.position == 12 and bytes(live.box.image.value).startswith(PNG_MAGIC)
-    before = bytes(live.box.image.value)
-    live.box.position_slider.value = 14
-    assert live.state.position == 14 and live.state.matched == 7
-    assert bytes(live.box.image.value) != before
-    live.box.head_buttons.value = 0
-    assert live.state.head == 0
-    bundle = live._repr_mimebundle_()
-    assert base64.b64decode(bundle["image/png"]).startswith(PNG_MAGIC)
-    text = bundle["text/plain"]
-    assert "live in JupyterLab" in text and "VBox" not in text and "\n" not in text
-    assert "application/vnd.jupyter.widget-view+json" in bundle
+    box = induction_explorer(model, tokens, 12, head=1)
+    assert box.state.position == 12 and bytes(box.image.value).startswith(PNG_MAGIC)
+    first = bytes(box.image.value)
+    box.position_slider.value = 14
+    assert box.state.position == 14 and box.state.matched == 7
+    assert bytes(box.image.value) != first
+    box.head_buttons.value = 0
+    assert box.state.head == 0
+    data, _ = DisplayFormatter().format(box)
+    assert data["text/plain"] == STILL_CAPTION  # never "VBox(children=(..."
+    assert base64.b64decode(data["image/png"]) == box.still_png()
+    assert "application/vnd.jupyter.widget-view+json" in data

@@ -23,8 +23,8 @@ class FakeHandle:
         self.log = log
         log.append(("display", data))
 
-    def update(self, data, raw=False):
-        assert raw
+    def update(self, data, raw=False, metadata=None):
+        assert raw and metadata == training.PROGRESS_METADATA
         self.log.append(("update", data))
 
 
@@ -35,8 +35,8 @@ def in_kernel(monkeypatch):
 
     log = []
 
-    def display(data, raw=False, display_id=None):
-        assert raw and display_id is True
+    def display(data, raw=False, metadata=None, display_id=None):
+        assert raw and display_id is True and metadata == training.PROGRESS_METADATA
         return FakeHandle(log, data)
 
     monkeypatch.setattr(training, "_in_kernel", lambda: True)
@@ -110,6 +110,7 @@ def test_a_notebook_stores_only_the_fixed_line():
     outs = nb.cells[0].outputs
     assert [o.output_type for o in outs] == ["display_data", "stream"], outs
     assert outs[0].data == {"text/plain": "demo: 300 steps"}
+    assert outs[0].metadata == {"attnlib": "progress"}  # decks leave it off the slides
     assert outs[1].name == "stdout" and outs[1].text == "done\n"
     assert seen[0] == ("display_data", {"text/plain": "demo: 300 steps"})
     assert seen[-2] == ("update_display_data", {"text/plain": "demo: 300 steps"})

@@ -18,7 +18,15 @@ from __future__ import annotations
 import numpy as np
 
 from attnlib.checks._core import Case, Exercise, Finding, Misconception, register
-from attnlib.checks.measure import close, fmt, log_fit, name_factor, normalisation, tolerance
+from attnlib.checks.measure import (
+    close,
+    fmt,
+    log_fit,
+    name_factor,
+    normalisation,
+    tolerance,
+    tolerances,
+)
 from attnlib.core import attend as _attend
 from attnlib.core import softmax as _softmax
 from attnlib.masks import causal_mask as _causal_mask
@@ -535,7 +543,8 @@ def _read_attention(o, q, k, v):
             w0 = None if not ws else o.parts[ws[0]]
             if w0 is not None and kinds[ws[0]] == "wT":
                 w0 = np.swapaxes(w0, -1, -2)
-            if w0 is None or not close(o.parts[i], w0 @ k, rel=1e-6, abs_=1e-9):
+            rel, abs_ = tolerances(o.eps)
+            if w0 is None or not close(o.parts[i], w0 @ k, rel=rel, abs_=abs_):
                 kinds[i] = None
     outs = [i for i, kd in enumerate(kinds) if kd in ("out", "outk")]
     ws = [i for i, kd in enumerate(kinds) if kd in ("w", "wT")]

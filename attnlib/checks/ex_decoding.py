@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from attnlib.checks._core import Case, Exercise, Finding, Misconception, register
-from attnlib.checks.measure import close
+from attnlib.checks.measure import close, tolerances
 from attnlib.core import attend as _attend
 from attnlib.masks import causal_mask as _causal_mask
 
@@ -394,23 +394,24 @@ def _online_probe(raise_max: bool):
     return m, l, acc, s, n((5, 4))
 
 
-def _factor(new, old, fresh):
+def _factor(new, old, fresh, rel=1e-6, abs_=1e-9):
     """The factor f with new = f * old + fresh, fitted per row; None if none fits."""
     d, o = new - fresh, np.broadcast_to(old, new.shape)
     den = np.maximum((o * o).sum(axis=-1, keepdims=True), 1e-300)
     f = (d * o).sum(axis=-1, keepdims=True) / den
-    return f if close(f * o, d, rel=1e-6, abs_=1e-9) else None
+    return f if close(f * o, d, rel=rel, abs_=abs_) else None
 
 
 def _infer_online(learner) -> list[Finding]:
     found = []
-    probes = {}
+    probes, outcomes = {}, []
     for raise_max in (True, False):
         args = _online_probe(raise_max)
         o = learner(*(a.copy() for a in args))
         if not o.ok or o.arity != 3 or any(x is None for x in o.parts):
             return []
         probes[raise_max] = (args, o.parts)
+        outcomes.append(o)
     (m, l, acc, s, v), (m_new, l_new, acc_new) = probes[True]
     block_max = s.max(axis=-1, keepdims=True)
     if m_new.shape != m.shape:
@@ -450,6 +451,7 @@ def _infer_online(learner) -> list[Finding]:
         )
     if not close(m_new, np.maximum(m, block_max)):
         return found
+    tol = tolerances(max(o.eps for o in outcomes))
     alpha = np.exp(m - m_new)  # (seq_q, 1), < 1 here: the max rose
     p = np.exp(s - m_new)
     for name, new, old, fresh, mid in (
@@ -458,11 +460,11 @@ def _infer_online(learner) -> list[Finding]:
     ):
         if new.shape != fresh.shape:
             continue
-        f = _factor(new, old, fresh)
+        f = _factor(new, old, fresh, *tol)
         if f is None:
             continue
         shown = np.round(f[:, 0], 4).tolist()
-        if close(f, np.ones_like(f), rel=1e-6):
+        if close(f, np.ones_like(f), rel=tol[0]):
             found.append(
                 Finding(
                     mid,
@@ -470,7 +472,7 @@ def _infer_online(learner) -> list[Finding]:
                     f"{shown}); exp(m_old - m_new) = {np.round(alpha[:, 0], 4).tolist()}.",
                 )
             )
-        elif close(f, 1 / alpha, rel=1e-6):
+        elif close(f, 1 / alpha, rel=tol[0]):
             found.append(
                 Finding(
                     "rescale-inverted",
@@ -651,12 +653,13 @@ def _infer_rotary(learner) -> list[Finding]:
         return []
     found = []
     match = None
+    tol = tolerances(o.eps)
     for pos in (positions, np.arange(5)):
         for sides in ("both", "k", "none"):
             for rot in _ROTATIONS if sides != "none" else [{}]:
                 qr = _rotate(q, pos, **rot) if sides == "both" else q
                 kr = _rotate(k, pos, **rot) if sides != "none" else k
-                if close(w, _attend(qr, kr, v)[1], rel=1e-6, abs_=1e-9):
+                if close(w, _attend(qr, kr, v)[1], *tol):
                     match = (sides, rot)
                     break
             if match:
@@ -713,12 +716,10 @@ def _infer_rotary(learner) -> list[Finding]:
                     "instead of 10000^(-2i/d_k).",
                 )
             )
-    if not close(out, w @ v, rel=1e-6, abs_=1e-9):
+    if not close(out, w @ v, *tol):
         rots = [match[1]] if match and match[1] else _ROTATIONS
         where = [pos] if match else [positions, np.arange(5)]
-        if any(
-            close(out, w @ _rotate(v, at, **r), rel=1e-6, abs_=1e-9) for r in rots for at in where
-        ):
+        if any(close(out, w @ _rotate(v, at, **r), *tol) for r in rots for at in where):
             found.append(
                 Finding(
                     "rotates-values",

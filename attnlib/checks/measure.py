@@ -30,12 +30,19 @@ _where = np.where
 _asarray = np.asarray
 _zeros_like = np.zeros_like
 
-__all__ = ["close", "fmt", "log_fit", "name_factor", "normalisation", "tolerance"]
+__all__ = ["close", "fmt", "log_fit", "name_factor", "normalisation", "tolerance", "tolerances"]
 
 
 def tolerance(eps: float) -> float:
     """Relative tolerance for comparing an output computed with machine epsilon ``eps``."""
     return max(1e-7, 2e3 * eps)
+
+
+def tolerances(eps: float) -> tuple[float, float]:
+    """(rel, abs) for "this output equals that formula": (1e-4, 1e-6), wider for outputs
+    coarser than float32. Loose on purpose: part of a float64 result may have been computed
+    in float32, and the formulas told apart differ by far more than this."""
+    return max(1e-4, 2e3 * eps), max(1e-6, 2e2 * eps)
 
 
 def close(a, b, rel: float = 1e-7, abs_: float = 1e-9) -> bool:

@@ -87,7 +87,8 @@ NOTES_TYPE = "notes"  # slideshow.slide_type of a speaker-notes cell
 ALT_KEY = "alt_text"  # cell metadata: str, or list of str (one per image output)
 CHECK_TAG = "check"  # cell tag: a cell that only checks (left out of decks)
 IMAGE_MIMES = ("image/png", "image/jpeg", "image/svg+xml")
-PROGRESS_META = ("attnlib", "progress")  # output metadata of a progress bar's fixed line
+# output metadata of a progress bar's fixed line (attnlib.training.PROGRESS_METADATA)
+PROGRESS_META = ("attnlib", "progress")
 # Harness lines never shown on a slide or a handout.
 MARKER_LINE = re.compile(r"^\s*#\s*NBVAL_[A-Z_]+\s*$")
 TRAILING_PRAGMA = re.compile(r"\s*#\s*(?:fmt:\s*(?:skip|off|on)|noqa\b[^#\n]*)\s*$")

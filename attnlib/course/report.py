@@ -267,6 +267,7 @@ def bar_chart(summary: ExerciseSummary):
     """The chart of one exercise: a matplotlib Figure (no pyplot, no global state)."""
     import matplotlib as mpl
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     bars = _bars(summary)
     with mpl.rc_context(FONT):
@@ -281,6 +282,7 @@ def bar_chart(summary: ExerciseSummary):
         ax.set_xlim(0, n * 1.12)
         for y, v in zip(ys, values, strict=True):
             ax.text(v + n * 0.01, y, f"{v} of {summary.learners}", va="center")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("learners")
         ax.set_title(f"{summary.exercise} · {summary.lesson}", loc="left")
         ax.spines[["top", "right"]].set_visible(False)

@@ -14,12 +14,7 @@ builder that wires widgets to it, so it can be tested without a browser. Lessons
 
 from attnlib.explorers.dot import DotState, dot_explorer, dot_state
 from attnlib.explorers.heads import HeadState, head_explorer, head_state
-from attnlib.explorers.induction import (
-    InductionState,
-    LiveExplorer,
-    induction_explorer,
-    induction_state,
-)
+from attnlib.explorers.induction import InductionState, induction_explorer, induction_state
 from attnlib.explorers.mask import MASK_MODES, MaskState, mask_explorer, mask_state
 from attnlib.explorers.query import QueryState, query_explorer, query_state
 from attnlib.explorers.scale import ExplorerState, explorer_state, scaling_explorer
@@ -30,7 +25,6 @@ __all__ = [
     "ExplorerState",
     "HeadState",
     "InductionState",
-    "LiveExplorer",
     "MaskState",
     "QueryState",
     "dot_explorer",

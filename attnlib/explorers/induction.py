@@ -8,15 +8,13 @@ position j is ``x1_j W_K`` with ``x1_j = x0_j + Σ_h o_{h,j}`` (embedding plus w
 layer-0 head wrote), so the score ``q · k_j / √d_head`` is the sum of
 ``q · (x0_j W_K) / √d_head`` and one term per layer-0 head.
 
-:func:`induction_explorer` wires a slider and a head selector to it
-(:mod:`attnlib.explorers._render`) and returns a :class:`LiveExplorer`: in JupyterLab it
-shows the live widget; a stored notebook (and a handout) keeps a still PNG of the
-explorer and one line of text instead of a widget's text repr.
+:func:`induction_explorer` wires a query slider and a head selector to it
+(:mod:`attnlib.explorers._render`): live in JupyterLab, a captioned still in a stored
+notebook, the slides and the handouts.
 """
 
 from __future__ import annotations
 
-import base64
 import math
 from dataclasses import dataclass
 
@@ -29,7 +27,6 @@ from attnlib.tasks.induction import BOS, InductionModel
 
 __all__ = [
     "InductionState",
-    "LiveExplorer",
     "induction_explorer",
     "induction_state",
     "render_induction",
@@ -149,42 +146,9 @@ def render_induction(state: InductionState) -> bytes:
     return figure_png(draw, (7.8, 3.3))
 
 
-class LiveExplorer:
-    """An explorer's widget box, displayed live in JupyterLab, stored as a still.
-
-    Its display bundle holds the widget view (what JupyterLab renders while the kernel
-    runs), a PNG of the current state and one line of text. A stored notebook keeps the
-    PNG and the line (the widget view's model id is stripped), never a widget's text repr.
-
-    Attributes
-    ----------
-    box : ipywidgets.VBox — the live widget (controls, readout, image; see ``_render``).
-    state : the state shown now (``box.state``).
-    """
-
-    def __init__(self, box, name: str):
-        self.box, self.name = box, name
-
-    @property
-    def state(self):
-        return self.box.state
-
-    def line(self) -> str:
-        return f"{self.name} (live in JupyterLab; a still of it above): {self.state.summary()}"
-
-    def _repr_mimebundle_(self, include=None, exclude=None):
-        bundle = dict(self.box._repr_mimebundle_() or {})
-        bundle["image/png"] = base64.b64encode(self.box.image.value).decode("ascii")
-        bundle["text/plain"] = self.line()
-        return bundle
-
-    def __repr__(self) -> str:
-        return self.line()
-
-
 def induction_explorer(
     model: InductionModel, tokens, position: int, *, head: int = 0, prev_head: int = 0
-) -> LiveExplorer:
+):
     """Follow one layer-1 query to the key it matches, and see who built that key.
 
     Parameters
@@ -193,9 +157,9 @@ def induction_explorer(
 
     Returns
     -------
-    LiveExplorer
-        ``.box`` has attributes ``position_slider``, ``head_buttons``, ``readout``,
-        ``image``, ``state``.
+    ipywidgets.VBox
+        Attributes ``position_slider``, ``head_buttons``, ``readout``, ``image``, ``state``;
+        displayed, the live widget and a captioned still (:mod:`attnlib.explorers._render`).
     """
     import ipywidgets as W
 
@@ -207,10 +171,9 @@ def induction_explorer(
     head_b = W.ToggleButtons(
         options=list(range(model.n_heads)), value=first.head, description="head 1."
     )
-    box = explorer_box(
+    return explorer_box(
         [pos_s, head_b],
         {"position_slider": pos_s, "head_buttons": head_b},
         lambda: induction_state(model, tokens, pos_s.value, head=head_b.value, prev_head=prev_head),
         render_induction,
     )
-    return LiveExplorer(box, "induction explorer")

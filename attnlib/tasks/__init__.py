@@ -10,7 +10,10 @@ and importing nothing from :mod:`attnlib.plot`, :mod:`attnlib.explorers`,
   what is retrieved, and its one-head model;
 * :mod:`attnlib.tasks.two_heads` — lesson 07: a task that needs two heads;
 * :mod:`attnlib.tasks.corpus` and :mod:`attnlib.tasks.syntax` — lesson 09: the generated
-  agreement corpus (shipped in ``data/``) and the model trained on it.
+  agreement corpus (shipped in ``data/``) and the model trained on it;
+* :mod:`attnlib.tasks.induction` — lesson 13: repeated random tokens, a two-layer
+  attention-only model whose induction heads' keys are built by a previous-token head, its
+  no-repeat control (both shipped in ``data/``) and the interventions that prove it.
 
 Shipped files are read through :mod:`importlib.resources` (:mod:`attnlib.tasks.data`), so
 a non-editable install finds them too.
