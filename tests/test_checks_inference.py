@@ -848,7 +848,7 @@ def test_the_inference_measures_nothing_on_a_correct_function(name, fn):
 
 
 def _float32(fn):
-    def f32(*args):
+    def f32(*args, **kwargs):
         cast = [
             a.astype(np.float32)
             if isinstance(a, np.ndarray) and a.dtype == np.float64
@@ -857,7 +857,7 @@ def _float32(fn):
             else a
             for a in args
         ]
-        return fn(*cast)
+        return fn(*cast, **kwargs)
 
     f32.__name__ = f"{fn.__name__}_float32"
     return f32

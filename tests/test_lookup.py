@@ -8,6 +8,7 @@ decomposition of a full name × number grid for the variance share.
 
 from __future__ import annotations
 
+import copy
 import math
 
 import matplotlib.pyplot as plt
@@ -253,3 +254,85 @@ def test_grad_norm_and_entropy_curves():
     ys = [line.get_ydata()[0] for line in ax.get_lines()]
     assert ys[1] == pytest.approx(math.log(6))  # the uniform line
     plt.close(ax.figure)
+
+
+# ---- many heads at once, and the basis-free views (lesson 05's width sweep and section 6) ----
+
+
+def _fit_kwargs():
+    return {"batch": 32, "seq_k": 4, "n_names": 6, "n_numbers": 3, "seed": 3, "lr": 0.05}
+
+
+def test_fit_lookups_trains_each_head_as_if_alone():
+    """Side by side (mixed modes and widths) = one fit_lookup per head, step for step."""
+    specs = [("separate", 3), ("tied", 2), ("uniform", 4), ("tied", 5)]
+    alone, together = [], []
+    for mode, d in specs:
+        m = L.make_lookup(mode, d_head=d, n_names=6, n_numbers=3, seed=1)
+        alone.append((m, L.fit_lookup(m, steps=40, progress=False, **_fit_kwargs())["accuracy"]))
+        together.append(L.make_lookup(mode, d_head=d, n_names=6, n_numbers=3, seed=1))
+    curves = L.fit_lookups(together, steps=40, progress=False, **_fit_kwargs())
+    assert curves.shape == (len(specs), 40)
+    batch = L.sample_lookup(64, seq_k=4, n_names=6, n_numbers=3, generator=np.random.default_rng(0))
+    for (m_alone, acc_alone), m_together, acc_together in zip(alone, together, curves, strict=True):
+        np.testing.assert_allclose(acc_together, acc_alone, atol=1 / 32 + 1e-12)
+        for p, q in zip(m_alone.parameters(), m_together.parameters(), strict=True):
+            torch.testing.assert_close(q, p, rtol=1e-3, atol=1e-4)  # weights copied back
+        with torch.no_grad():
+            torch.testing.assert_close(
+                m_together(batch.query, batch.tokens)[0],
+                m_alone(batch.query, batch.tokens)[0],
+                rtol=1e-3,
+                atol=1e-4,
+            )
+    assert together[1].W_k is together[1].W_v  # a tied head stays tied
+
+
+def test_fit_lookups_refuses_bad_input():
+    with pytest.raises(ValueError, match="empty"):
+        L.fit_lookups([], steps=1, **_fit_kwargs())
+    with pytest.raises(TypeError, match=r"models\[0\]"):
+        L.fit_lookups([torch.nn.Linear(2, 2)], steps=1, **_fit_kwargs())
+    a = L.make_lookup("tied", d_head=2, n_names=6, n_numbers=3, seed=0)
+    b = L.make_lookup("tied", d_head=2, n_names=5, n_numbers=3, seed=0)
+    with pytest.raises(ValueError, match="same d_model"):
+        L.fit_lookups([a, b], steps=1, **_fit_kwargs())
+
+
+def test_first_step_at():
+    acc = np.r_[np.zeros(10), np.ones(10)]
+    assert L.first_step_at(acc, 0.95, window=4) == 14  # steps 11-14 are the first 4 at 1.0
+    assert L.first_step_at(acc, 0.5, window=4) == 12
+    assert L.first_step_at(np.zeros(30), 0.95) is None
+    assert L.first_step_at(np.ones(3), 0.95, window=20) is None
+    with pytest.raises(ValueError, match="1-D"):
+        L.first_step_at(np.zeros((2, 3)))
+
+
+def test_token_scores_and_readout_ignore_the_choice_of_basis():
+    """Keys -> k A with queries -> q A^-T, values -> v B with W_o -> B^-1 W_o: same tables."""
+    torch.manual_seed(0)
+    m = L.make_lookup("separate", d_head=3, n_names=5, n_numbers=4, seed=2).double()
+    scores, readout = L.token_scores(m, 5, 4), L.token_readout(m, 5, 4)
+    assert scores.shape == (20, 5) and readout.shape == (20, 4)
+    tokens, names, numbers = L.all_tokens(5, 4)
+    queries = torch.cat([torch.eye(5), torch.zeros(5, 4)], dim=1).double()
+    with torch.no_grad():  # the oracle: the model's own forward pass on one-token books
+        for n in range(5):
+            q = m.W_q(queries[n])
+            k, v = m.keys_values(tokens.double())
+            torch.testing.assert_close(scores[:, n], k @ q / math.sqrt(3))
+        torch.testing.assert_close(readout, v @ m.W_o.weight.T)
+    g = torch.Generator().manual_seed(1)
+    A, B = (torch.randn(3, 3, generator=g, dtype=torch.float64) for _ in range(2))
+    moved = copy.deepcopy(m)
+    with torch.no_grad():
+        moved.W_k.weight.copy_(A.T @ m.W_k.weight)
+        moved.W_q.weight.copy_(torch.linalg.inv(A) @ m.W_q.weight)
+        moved.W_v.weight.copy_(B.T @ m.W_v.weight)
+        moved.W_o.weight.copy_(m.W_o.weight @ torch.linalg.inv(B).T)
+        assert not torch.allclose(
+            moved.keys_values(tokens.double())[0], m.keys_values(tokens.double())[0]
+        )
+    torch.testing.assert_close(L.token_scores(moved, 5, 4), scores)
+    torch.testing.assert_close(L.token_readout(moved, 5, 4), readout)

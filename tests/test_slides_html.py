@@ -421,6 +421,13 @@ def test_lecture_notebook_shapes_decks_and_handouts():
     assert teacher.cells[11].outputs[0].text.startswith("✔ demo")
     assert "return x + 41" in teacher.cells[10].source
     assert nb.cells[12].source.startswith("# NBVAL_IGNORE_OUTPUT")  # the input is unchanged
+    # a progress line stored without its metadata (before it existed) is recognised too
+    legacy = {"output_type": "display_data", "data": {"text/plain": "run: 7 steps"}, "metadata": {}}
+    figure = _image()
+    old = nbformat.v4.new_notebook(cells=[_code("train()", [legacy, figure], alt_text="A figure.")])
+    (cell,) = lecture_notebook(old, slides=True).cells
+    assert [o.output_type for o in cell.outputs] == ["display_data"]
+    assert "image/png" in cell.outputs[0].data
 
 
 @pytest.fixture(scope="module")

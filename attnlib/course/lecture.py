@@ -87,8 +87,6 @@ NOTES_TYPE = "notes"  # slideshow.slide_type of a speaker-notes cell
 ALT_KEY = "alt_text"  # cell metadata: str, or list of str (one per image output)
 CHECK_TAG = "check"  # cell tag: a cell that only checks (left out of decks)
 IMAGE_MIMES = ("image/png", "image/jpeg", "image/svg+xml")
-# output metadata of a progress bar's fixed line (attnlib.training.PROGRESS_METADATA)
-PROGRESS_META = ("attnlib", "progress")
 # Harness lines never shown on a slide or a handout.
 MARKER_LINE = re.compile(r"^\s*#\s*NBVAL_[A-Z_]+\s*$")
 TRAILING_PRAGMA = re.compile(r"\s*#\s*(?:fmt:\s*(?:skip|off|on)|noqa\b[^#\n]*)\s*$")
@@ -345,9 +343,22 @@ def _shown_source(source: str) -> str:
     return "\n".join(lines).strip("\n")
 
 
+PROGRESS_LINE = re.compile(r"^.+: (?:\d+ steps|stopped after \d+ of \d+ steps)$")
+
+
 def _is_progress(output) -> bool:
-    key, value = PROGRESS_META
-    return output.get("metadata", {}).get(key) == value
+    """The fixed line a progress bar leaves: a display with attnlib.training's
+    PROGRESS_METADATA (or, stored before that metadata existed, a display whose only
+    content is the line "<desc>: N steps" — print() makes streams, never such a display)."""
+    from attnlib.training import PROGRESS_METADATA
+
+    if output.get("output_type") != "display_data":
+        return False
+    meta = output.get("metadata", {})
+    if all(meta.get(k) == v for k, v in PROGRESS_METADATA.items()):
+        return True
+    data = output.get("data", {})
+    return set(data) == {"text/plain"} and bool(PROGRESS_LINE.match(str(data["text/plain"])))
 
 
 def lecture_notebook(nb, *, slides: bool, solutions: bool = False):

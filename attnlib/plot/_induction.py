@@ -371,5 +371,5 @@ def induction_view(state, axes=None):
         ax_s.set_yticks(y, labels=names, fontsize=FONT["note"])
         ax_s.set_xlabel("part of the score")
         ax_s.set_title(f"score {parts.sum():.1f}, split", fontsize=FONT["legend"] + 1)
-        ax_s.legend(loc="upper right", fontsize=FONT["note"], frameon=True, framealpha=0.9)
+        ax_s.legend(loc="upper center", bbox_to_anchor=(0.5, -0.24), fontsize=FONT["note"], ncol=1)
     return axes
