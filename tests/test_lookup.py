@@ -336,3 +336,16 @@ def test_token_scores_and_readout_ignore_the_choice_of_basis():
         )
     torch.testing.assert_close(L.token_scores(moved, 5, 4), scores)
     torch.testing.assert_close(L.token_readout(moved, 5, 4), readout)
+
+
+def test_width_sweep_plots_every_head():
+    widths, seeds = {"separate": (1, 3), "tied": (3, 6)}, (0, 1)
+    acc = {(m, d, s): 0.1 * d + 0.01 * s for m, ws in widths.items() for d in ws for s in seeds}
+    reached = {key: (None if key[1] == 1 else 50 * key[1]) for key in acc}
+    fig = plot.width_sweep(acc, reached, widths, seeds, steps=400)
+    ax_acc, ax_steps = fig.get_axes()
+    np.testing.assert_allclose(ax_acc.get_lines()[0].get_ydata(), [0.105, 0.305])  # seed means
+    assert ax_steps.get_ylim() == (0, 400)
+    np.testing.assert_array_equal(ax_steps.get_lines()[0].get_ydata(), [150, 150])  # d=1 never
+    assert fig.get_size_inches()[0] <= 8
+    plt.close(fig)

@@ -99,6 +99,11 @@ from attnlib.plot._learning import (  # noqa: E402
 
 __all__ += ["entropy_curve", "feature_spaces", "grad_norm_curves", "learning_curves"]
 
+# Lesson 05: how wide must a tied K = V head be?
+from attnlib.plot._lookup import width_sweep  # noqa: E402
+
+__all__ += ["width_sweep"]
+
 # Lessons 10–12: decoding cost, blockwise memory, positions.
 from attnlib.plot._decoding import cost_curves, position_codes, score_vs_offset  # noqa: E402
 
