@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from attnlib._validate import check_int
+from attnlib._validate import check_instance, check_int
 from attnlib.explorers._render import explorer_box, figure_png
 from attnlib.tasks.induction import BOS, InductionModel
 
@@ -100,8 +100,7 @@ def induction_state(
     prev_head : int — the layer-0 head whose part of the score is reported.
     """
     fn = "induction_state"
-    if not isinstance(model, InductionModel):
-        raise TypeError(f"{fn}: model must be an InductionModel, got {type(model).__name__}")
+    check_instance(fn, "model", model, InductionModel, "an InductionModel")
     tokens = torch.as_tensor(tokens)
     if tokens.ndim != 1 or tokens.dtype != torch.long:
         raise ValueError(f"{fn}: tokens must be one sequence, a LongTensor (seq,)")
