@@ -98,6 +98,16 @@ def rotary_angles(positions, d_k: int, *, base: float = 10000.0) -> np.ndarray:
     return pos[:, None] * rotary_frequencies(d_k, base=base)[None, :]  # (seq, d_k/2)
 
 
+def _rotary_input(fn: str, x):
+    """``x`` as a float array of shape (..., seq, d_k) with an even d_k, or a clear error."""
+    x = as_float_array(fn, "x", x)
+    check_ndim(fn, "x", x, min_ndim=2, doc="(..., seq, d_k)")
+    if x.shape[-1] % 2:
+        d_k = x.shape[-1]
+        raise ValueError(f"{fn}: {B.describe('x', x)} has odd d_k={d_k}; pairs need even d_k")
+    return x
+
+
 def apply_rotary(x, positions=None, *, base: float = 10000.0):
     """Rotate queries or keys by their positions (rotary embeddings, RoPE).
 
@@ -118,11 +128,8 @@ def apply_rotary(x, positions=None, *, base: float = 10000.0):
     x_rot : same kind, dtype and shape as x
     """
     fn = "apply_rotary"
-    x = as_float_array(fn, "x", x)
-    check_ndim(fn, "x", x, min_ndim=2, doc="(..., seq, d_k)")
+    x = _rotary_input(fn, x)
     seq, d_k = x.shape[-2], x.shape[-1]
-    if d_k % 2:
-        raise ValueError(f"{fn}: {B.describe('x', x)} has odd d_k={d_k}; pairs need even d_k")
     positions = np.arange(seq) if positions is None else positions
     ang = rotary_angles(positions, d_k, base=base)  # (seq, d_k/2)
     if ang.shape[0] != seq:
@@ -191,11 +198,8 @@ def apply_rotary_halves(x, positions=None, *, base: float = 10000.0):
     x_rot : same kind, dtype and shape as x
     """
     fn = "apply_rotary_halves"
-    x = as_float_array(fn, "x", x)
-    check_ndim(fn, "x", x, min_ndim=2, doc="(..., seq, d_k)")
+    x = _rotary_input(fn, x)
     d_k = x.shape[-1]
-    if d_k % 2:
-        raise ValueError(f"{fn}: {B.describe('x', x)} has odd d_k={d_k}; pairs need even d_k")
     perm = rotary_halves_permutation(d_k)  # (d_k,)
     inverse = np.argsort(perm)  # (d_k,)
     if B.is_torch(x):

@@ -38,16 +38,7 @@ def median_times(fns: dict[str, Callable[[], object]], *, repeats: int = 5, warm
     -------
     dict of name -> float
     """
-    check_int("median_times", "repeats", repeats, minimum=1)
-    check_int("median_times", "warmup", warmup, minimum=0)
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for r in range(warmup + repeats):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            dt = time.perf_counter() - t0
-            if r >= warmup:
-                times[name].append(dt)
+    times = _rounds("median_times", fns, repeats, warmup)
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
