@@ -183,19 +183,8 @@ def apply_rotary_halves(x, positions=None, *, base: float = 10000.0):
     ``x_rot = x · cos + rotate_half(x) · sin`` with ``rotate_half(x) = [-x2, x1]`` for the
     halves ``x1 = x[..., :d_k/2]`` and ``x2 = x[..., d_k/2:]``. The same rotations as
     :func:`apply_rotary`, applied to a permuted copy of the dimensions
-    (:func:`rotary_halves_permutation`), which is how it is computed here.
-
-    Parameters
-    ----------
-    x : ndarray or Tensor of shape (..., seq, d_k)
-        Queries or keys (never values). d_k must be even.
-    positions : sequence of int of shape (seq,), optional
-        Position of each row; default ``0 .. seq-1``.
-    base : float, default 10000
-
-    Returns
-    -------
-    x_rot : same kind, dtype and shape as x
+    (:func:`rotary_halves_permutation`), which is how it is computed here. Parameters
+    and return value are those of :func:`apply_rotary`.
     """
     fn = "apply_rotary_halves"
     x = _rotary_input(fn, x)

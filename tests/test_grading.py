@@ -240,27 +240,43 @@ def graded(tmp_path_factory) -> Graded:
         pytest.skip(f"no bubblewrap sandbox here: {NO_SANDBOX}")
     tmp = tmp_path_factory.mktemp("grading")
     notebooks, course, homes = tmp / "notebooks", tmp / "course", tmp / "homes"
+    phases: dict[str, float] = {}
+    t = time.perf_counter()
+
+    def phase(name: str) -> None:
+        nonlocal t
+        now = time.perf_counter()
+        phases[name] = round(now - t, 1)
+        t = now
+
     write_fixture_lessons(notebooks)
     for path in LESSON_PATHS:
         shutil.copy(path, notebooks / path.name)
     course.mkdir()
     names = gradebook.release(course, notebooks)
     assert names[: len(LESSONS)] == list(LESSONS) or set(LESSONS) <= set(names)
+    phase("release")
     _scenarios(course, notebooks)
     for path in LESSON_PATHS:  # the copies: lessons may change while this runs
         copy = nbformat.read(notebooks / path.name, as_version=4)
         _submit(course, "instructor", path.stem, copy)
         _submit(course, "untouched", path.stem, _release(course, path.stem))
+    phase("submissions")
     _exchange_out(course, tmp / "exchange", homes)
+    phase("exchange out")
     lines: list[str] = []
-    t0 = time.perf_counter()
     outcomes = gradebook.autograde(course, notebooks, timeout=TIMEOUT, jobs=JOBS, echo=lines.append)
-    seconds = time.perf_counter() - t0
+    phase("autograde")
+    seconds = phases["autograde"]
     print("\n".join(lines))
     gradebook.feedback(course, echo=lines.append)
+    phase("feedback")
     _exchange_back(course, tmp / "exchange", homes)
+    phase("exchange back")
+    print("grading fixture phases (s):", phases, "total", round(sum(phases.values()), 1))
     graded = Graded(course, notebooks, outcomes, lines, seconds, homes)
     graded.names = names
+    graded.phases = phases
     return graded
 
 

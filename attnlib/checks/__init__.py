@@ -8,6 +8,12 @@ behaviour matches (empty for a correct function).
 
 Exercises are defined in the ``ex_*`` modules of this package, one module per topic; each
 module calls :func:`attnlib.checks._core.register`. ``exercises()`` lists their names.
+
+An exercise worth two points that has two parts is graded in two locked cells of one point
+each, one per part: each part is registered as an exercise of its own (:func:`part`, e.g.
+``decode_step_cache`` and ``decode_step_output`` of ``decode_step``) that checks the same
+learner function on some of its returned values or on its own cases. ``parts(name)`` lists
+the parts of an exercise.
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ from attnlib.checks._core import (
     exercises,
     explanation,
     get_exercise,
+    part,
+    parts,
     read_results,
     register,
     result_line,
@@ -47,6 +55,8 @@ __all__ = [
     "exercises",
     "explanation",
     "get_exercise",
+    "part",
+    "parts",
     "read_results",
     "register",
     "result_line",
@@ -130,6 +140,9 @@ def check(exercise: str, fn: Callable) -> None:
             f"above with your code, run that cell, then this one."
         )
     lines = [f"✘ {name}: {report.first_failure}"]
+    whole = get_exercise(exercise).part_of
+    if whole is not None:
+        lines.append(f"(This cell grades one part of {whole}: {get_exercise(exercise).summary}.)")
     if report.misconceptions:
         lines.append(
             "Probable mistakes:" if len(report.misconceptions) > 1 else "Probable mistake:"

@@ -141,6 +141,10 @@ class Exercise:
     # (one hides the other), so the registry tests do not pair them.
     build: Callable[..., Callable] | None = None
     exclusive: Sequence[frozenset] = ()
+    # A graded part of another exercise (made by :func:`part`): the whole exercise's name,
+    # and which of the returned values this part compares (None: all of them).
+    part_of: str | None = None
+    outputs: tuple[int, ...] | None = None
 
     def cases(self, *, hidden: bool = False) -> list[Case]:
         cases = list(self.make_cases())
@@ -163,6 +167,64 @@ def register(exercise: Exercise) -> Exercise:
         raise ValueError(f"exercise {exercise.name!r}: exclusive names unknown ids {unknown}")
     _REGISTRY[exercise.name] = exercise
     return exercise
+
+
+def part(
+    whole: Exercise,
+    name: str,
+    summary: str,
+    *,
+    ids: Sequence[str],
+    outputs: Sequence[int] | None = None,
+    make_cases: Callable[[], Sequence[Case]] | None = None,
+    make_hidden_cases: Callable[[], Sequence[Case]] | None = None,
+) -> Exercise:
+    """One graded part of ``whole``: an exercise of its own, checked on the same function.
+
+    An exercise worth several points grades each part in its own locked cell, one point
+    each (nbgrader adds them up), and each part's verdict is made outside the kernel like
+    any exercise's (:mod:`attnlib.checks.grading`). A part compares a subset of the
+    returned values (``outputs``: indices into the returned tuple), or the whole result on
+    its own cases (``make_cases``), or both. ``ids`` are the misconceptions of ``whole``
+    that make this part fail; the part diagnoses them with ``whole``'s inference (its
+    findings kept to ``ids``) and variants. Reference, tolerances and forbidden calls are
+    ``whole``'s.
+    """
+    keep = tuple(ids)
+    known = [m.id for m in whole.misconceptions]
+    unknown = sorted(set(keep) - set(known))
+    if unknown:
+        raise ValueError(f"part {name!r} of {whole.name!r}: unknown misconception ids {unknown}")
+    infer = None
+    if whole.infer is not None:
+
+        def infer(learner, _infer=whole.infer, _keep=frozenset(keep)):
+            return [f for f in _infer(learner) if f.id in _keep]
+
+    if make_cases is None:
+        make_cases, make_hidden_cases = whole.make_cases, whole.make_hidden_cases
+    return Exercise(
+        name=name,
+        summary=summary,
+        reference=whole.reference,
+        make_cases=make_cases,
+        misconceptions=tuple(m for m in whole.misconceptions if m.id in keep),
+        rtol=whole.rtol,
+        atol=whole.atol,
+        exact=whole.exact,
+        forbidden=tuple(whole.forbidden),
+        make_hidden_cases=make_hidden_cases,
+        infer=infer,
+        build=whole.build,
+        exclusive=tuple(g for g in whole.exclusive if g <= set(keep)),
+        part_of=whole.name,
+        outputs=None if outputs is None else tuple(outputs),
+    )
+
+
+def parts(name: str) -> list[str]:
+    """The registered parts of exercise ``name``, in registration order."""
+    return [n for n, ex in _REGISTRY.items() if ex.part_of == name]
 
 
 def get_exercise(name: str) -> Exercise:
@@ -245,8 +307,29 @@ def _flatten(out: Any) -> list[Any] | None:
     return [out]
 
 
+class _Unpicked:
+    """A result a part cannot take its values from (not a tuple of the expected length)."""
+
+    def __init__(self, why: str):
+        self.why = why
+
+
+def _pick(ex: Exercise, value: Any, like: Any) -> Any:
+    """The returned values part ``ex`` compares (``ex.outputs``); ``like``: the reference's."""
+    if ex.outputs is None or _isinstance(value, (_Raised, _Unpicked)):
+        return value
+    n = len(like) if _type(like) in (tuple, list) else 1
+    if _type(value) not in (tuple, list) or len(value) != n:
+        got = len(value) if _type(value) in (tuple, list) else 1
+        return _Unpicked(f"returned {got} value(s), expected {n}")
+    chosen = tuple(value[i] for i in ex.outputs)
+    return chosen if len(chosen) > 1 else chosen[0]
+
+
 def _same(ex: Exercise, expected: Any, got: Any) -> tuple[bool, str]:
     """Do two outcomes agree? Returns (agree, reason-if-not)."""
+    if _isinstance(got, _Unpicked):
+        return False, got.why
     if _isinstance(expected, _Raised) or _isinstance(got, _Raised):
         both = _isinstance(expected, _Raised) and _isinstance(got, _Raised)
         return both, ("" if both else (repr(got) if _isinstance(got, _Raised) else "returned"))
@@ -492,6 +575,10 @@ def run(exercise: str, fn: Callable, *, hidden: bool = False, infer: bool = True
     # that does is a solution calling the reference.
     codes = {} if fn is ex.reference else _forbidden_codes(ex)
     got, calls, tampering = _run_watching(fn, cases, codes, stderr)
+    if ex.outputs is not None:  # a part: compare only its values
+        got = [_pick(ex, g, e) for g, e in zip(got, expected, strict=True)]
+        outs_of = expected
+        expected = [_pick(ex, e, e) for e in expected]
     report = Report(exercise=ex.name, ok=True, n_cases=len(cases))
     report.called_reference = sorted(calls)
     report.tampering = tampering
@@ -512,6 +599,8 @@ def run(exercise: str, fn: Callable, *, hidden: bool = False, infer: bool = True
     for m in ex.misconceptions:
         for variant in m.variants:
             outs = [_call(variant, c) for c in cases]
+            if ex.outputs is not None:
+                outs = [_pick(ex, o, e) for o, e in zip(outs, outs_of, strict=True)]
             if all(_isinstance(o, _Raised) for o in outs):
                 continue  # raising on every case says nothing (a stub raises too)
             differs = any(not _same(ex, e, o)[0] for e, o in zip(expected, outs, strict=True))

@@ -676,6 +676,14 @@ def _mask_findings(learner, sizes, axis) -> list[Finding]:
     ignored; and what a fully masked row gets."""
     seq_q, seq_k, d_k, d_v = sizes
     M = _probe_mask(seq_k)
+
+    def ordinary_weights():
+        """The weights for ordinary scores with the mask M, and with no mask at all."""
+        q1, k1, v1 = _probe(sizes, 3)
+        w1, _, _ = _read_attention(learner(q1, k1, v1, mask=M.copy()), q1, k1, v1)
+        u1, _, _ = _read_attention(learner(q1, k1, v1), q1, k1, v1)
+        return w1, u1
+
     q, k, v = _probe(sizes, 2, zero_q=True)  # every score 0, whatever the scale
     w, _, _ = _read_attention(learner(q, k, v, mask=M.copy()), q, k, v)
     if w is None:
@@ -699,9 +707,7 @@ def _mask_findings(learner, sizes, axis) -> list[Finding]:
                     "weight: the mask's 0/1 values were added to the scores.",
                 )
             ]
-        q1, k1, v1 = _probe(sizes, 3)
-        w1, _, _ = _read_attention(learner(q1, k1, v1, mask=M.copy()), q1, k1, v1)
-        u1, _, _ = _read_attention(learner(q1, k1, v1), q1, k1, v1)
+        w1, u1 = ordinary_weights()
         if w1 is None or u1 is None:
             return []
         if close(w1, u1, rel=1e-9, abs_=1e-12):
@@ -738,9 +744,7 @@ def _mask_findings(learner, sizes, axis) -> list[Finding]:
             )
         )
     # Before or after the softmax: ordinary scores, compared with no mask at all.
-    q1, k1, v1 = _probe(sizes, 3)
-    w1, _, _ = _read_attention(learner(q1, k1, v1, mask=M.copy()), q1, k1, v1)
-    u1, _, _ = _read_attention(learner(q1, k1, v1), q1, k1, v1)
+    w1, u1 = ordinary_weights()
     if w1 is None or u1 is None:
         return found
     e1 = eff[part]

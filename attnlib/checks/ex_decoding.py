@@ -9,6 +9,19 @@
 
 Inputs are numpy float64 arrays with non-square shapes (seq_q ≠ seq_k ≠ d_k ≠ d_v).
 
+Each is worth two points, graded in two parts of one point (:func:`attnlib.checks.part`),
+each in its own locked cell of the lesson:
+
+* ``decode_step_cache`` (the returned cache ``k_all``, ``v_all``) and
+  ``decode_step_output`` (the attention output ``out``);
+* ``online_softmax_update_blocks`` (ordinary blocks: a first block, a rising and a steady
+  maximum, masked keys, large scores) and ``online_softmax_update_masked_rows`` (tiles in
+  which a row has seen only masked keys so far: it stays ``m = -inf, l = 0, acc = 0``
+  with no NaN, and carries on normally when its first visible key arrives);
+* ``rotary_attend_weights`` (the weights: queries and keys rotated by their positions; on
+  values as wide as the keys, so that a function that also rotates the values runs) and
+  ``rotary_attend_output`` (the output: those weights times the values, unrotated).
+
 Diagnosis by inference (see :mod:`attnlib.checks._core`):
 
 * ``decode_step``: which cache comes back (the old one, the new rows first, the right
@@ -26,7 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnlib.checks._core import Case, Exercise, Finding, Misconception, register
+from attnlib.checks._core import Case, Exercise, Finding, Misconception, part, register
 from attnlib.checks.measure import close, tolerances
 from attnlib.core import attend as _attend
 from attnlib.masks import causal_mask as _causal_mask
@@ -302,12 +315,55 @@ register(
 )
 
 
+def _register_parts(whole: str, specs) -> None:
+    from attnlib.checks._core import get_exercise
+
+    for name, summary, kwargs in specs:
+        register(part(get_exercise(whole), name, summary, **kwargs))
+
+
+_register_parts(
+    "decode_step",
+    [
+        (
+            "decode_step_cache",
+            "the updated cache: k_all and v_all, the cache with the new rows after it",
+            {
+                "outputs": (1, 2),
+                "ids": ("cache-not-appended", "cache-wrong-order", "cache-wrong-axis"),
+            },
+        ),
+        (
+            "decode_step_output",
+            "the output: the new queries attend over the cached and the new keys, "
+            "bottom-right causal",
+            {
+                "outputs": (0,),
+                "ids": (
+                    "cache-wrong-order",
+                    "cache-wrong-axis",
+                    "new-key-not-included",
+                    "mask-blocks-past",
+                    "no-causal-mask-in-chunk",
+                ),
+            },
+        ),
+    ],
+)
+
+
 # ----------------------------------------------------------------------------------------
 # online_softmax_update — lesson 11
 # ----------------------------------------------------------------------------------------
 
 
 def _online_cases(seed: int = 1111) -> list[Case]:
+    """Every case: the ordinary blocks, then the rows fully masked so far."""
+    return _online_block_cases(seed) + _online_masked_cases(seed + 1)
+
+
+def _online_block_cases(seed: int = 1111) -> list[Case]:
+    """Ordinary blocks: every row has seen (or now sees) at least one visible key."""
     rng = np.random.default_rng(seed)
     n = rng.standard_normal
     seq_q, bk, d_v = 3, 5, 4
@@ -322,11 +378,6 @@ def _online_cases(seed: int = 1111) -> list[Case]:
     masked = n((seq_q, bk))
     masked[0, 2:] = -np.inf  # some keys blocked (a causal tile)
     big_m = np.array([[900.0], [950.0], [1000.0]])
-    # a causal tile where query 1 may not see any key yet: after the first block its row is
-    # still empty (m = -inf, l = 0, acc = 0) and must stay so, with no NaN
-    m0, l0, acc0 = start()
-    empty = n((seq_q, bk))
-    empty[1] = -np.inf
     return [
         Case("first block (m = -inf, l = 0, acc = 0)", (*start(), n((seq_q, bk)), n((bk, d_v)))),
         Case(
@@ -351,9 +402,53 @@ def _online_cases(seed: int = 1111) -> list[Case]:
             "large scores (around 1000)",
             (big_m, l_prev, acc_prev, 1000.0 + 10 * n((seq_q, bk)), n((bk, d_v))),
         ),
+    ]
+
+
+def _online_masked_cases(seed: int = 1112) -> list[Case]:
+    """Causal tiles in which a row has seen only masked keys so far (m = -inf, l = 0,
+    acc = 0): it must stay so, with no NaN, and carry on when a visible key arrives. The
+    other rows of the same tiles are ordinary (a first block, a rising maximum)."""
+    rng = np.random.default_rng(seed)
+    n = rng.standard_normal
+    seq_q, bk, d_v = 3, 5, 4
+    inf = np.inf
+    # after one earlier block: rows 0 and 2 have seen keys, row 1 none yet
+    m_prev = np.array([[0.5], [-inf], [-0.2]])
+    l_prev = np.array([[2.0], [0.0], [3.1]])
+    acc_prev = n((seq_q, d_v))
+    acc_prev[1] = 0.0
+
+    def block(masked_rows, shift=0.0):
+        s = shift + n((seq_q, bk))
+        s[list(masked_rows)] = -inf
+        return s
+
+    # rows 0 and 2 keep their maximum (lower scores); row 1 sees its first three keys
+    first_sight = n((seq_q, bk)) - 6.0
+    first_sight[1] += 6.0
+    first_sight[1, :2] = -inf
+    batch_m = np.stack([m_prev, np.full((seq_q, 1), -inf)])  # (2, seq_q, 1)
+    batch_l = np.stack([l_prev, np.zeros((seq_q, 1))])
+    batch_acc = np.stack([acc_prev, np.zeros((seq_q, d_v))])
+    batch_s = np.stack([block([1], 2.0), block([0, 2])])  # (2, seq_q, bk)
+    return [
         Case(
             "first block, query 1 fully masked so far (m = -inf and every score -inf)",
-            (m0, l0, acc0, empty, n((bk, d_v))),
+            (np.full((seq_q, 1), -inf), np.zeros((seq_q, 1)), np.zeros((seq_q, d_v)))
+            + (block([1]), n((bk, d_v))),
+        ),
+        Case(
+            "a later block: query 1 still sees no key, the others' maximum rises",
+            (m_prev, l_prev, acc_prev, block([1], 3.0), n((bk, d_v))),
+        ),
+        Case(
+            "a later block: query 1 sees its first keys (m = -inf before)",
+            (m_prev, l_prev, acc_prev, first_sight, n((bk, d_v))),
+        ),
+        Case(
+            "batch 2: fully masked rows in both (one sentence not started at all)",
+            (batch_m, batch_l, batch_acc, batch_s, n((2, bk, d_v))),
         ),
     ]
 
@@ -563,6 +658,43 @@ register(
 )
 
 
+_ONLINE_IDS = (
+    "sum-not-rescaled",
+    "acc-not-rescaled",
+    "max-not-updated",
+    "max-ignores-previous",
+    "rescale-inverted",
+)
+_register_parts(
+    "online_softmax_update",
+    [
+        (
+            "online_softmax_update_blocks",
+            "ordinary blocks: the running max, sum and numerator, rescaled by exp(m - m_new)",
+            {
+                "ids": _ONLINE_IDS,
+                "make_cases": _online_block_cases,
+                "make_hidden_cases": lambda: [
+                    Case("hidden: " + c.label, c.args) for c in _online_block_cases(2222)
+                ],
+            },
+        ),
+        (
+            "online_softmax_update_masked_rows",
+            "a row that has seen only masked keys so far stays m = -inf, l = 0, acc = 0 "
+            "(no NaN) and carries on when its first visible key arrives",
+            {
+                "ids": (*_ONLINE_IDS, "masked-row-nan"),
+                "make_cases": _online_masked_cases,
+                "make_hidden_cases": lambda: [
+                    Case("hidden: " + c.label, c.args) for c in _online_masked_cases(2223)
+                ],
+            },
+        ),
+    ],
+)
+
+
 # ----------------------------------------------------------------------------------------
 # rotary_attend — lesson 12
 # ----------------------------------------------------------------------------------------
@@ -587,6 +719,27 @@ def _rotary_cases(seed: int = 1212) -> list[Case]:
         Case(
             "values with d_v == d_k (rotating them would run)",
             (n((4, 8)), n((4, 8)), n((4, 8)), np.array([0, 5, 1, 9])),
+        ),
+    ]
+
+
+def _rotary_wide_v_cases(seed: int = 1213) -> list[Case]:
+    """Cases whose values are as wide as the keys (d_v == d_k), so that a function that
+    also rotates the values runs, and its weights can be graded on their own."""
+    rng = np.random.default_rng(seed)
+    n = rng.standard_normal
+    return [
+        Case(
+            "4 tokens at positions 0..3, d_k=d_v=8",
+            (n((4, 8)), n((4, 8)), n((4, 8)), np.arange(4)),
+        ),
+        Case(
+            "5 tokens at positions [7, 2, 11, 3, 30], d_k=d_v=6",
+            (n((5, 6)), n((5, 6)), n((5, 6)), np.array([7, 2, 11, 3, 30])),
+        ),
+        Case(
+            "batch 2, 3 tokens at positions [10, 11, 12], d_k=d_v=8",
+            (n((2, 3, 8)), n((2, 3, 8)), n((2, 3, 8)), np.array([10, 11, 12])),
         ),
     ]
 
@@ -813,4 +966,37 @@ register(
             ),
         ),
     )
+)
+
+
+_ROTATION_IDS = (
+    "wrong-pairing",
+    "angle-sign",
+    "wrong-frequencies",
+    "only-keys-rotated",
+    "positions-ignored",
+    "no-rotation",
+)
+_register_parts(
+    "rotary_attend",
+    [
+        (
+            "rotary_attend_weights",
+            "the weights: queries and keys rotated by their positions (interleaved planes), "
+            "then compared",
+            {
+                "outputs": (1,),
+                "ids": _ROTATION_IDS,
+                "make_cases": _rotary_wide_v_cases,
+                "make_hidden_cases": lambda: [
+                    Case("hidden: " + c.label, c.args) for c in _rotary_wide_v_cases(2425)
+                ],
+            },
+        ),
+        (
+            "rotary_attend_output",
+            "the output: those weights times the values, which are not rotated",
+            {"outputs": (0,), "ids": ("rotates-values", *_ROTATION_IDS)},
+        ),
+    ],
 )

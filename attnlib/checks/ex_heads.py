@@ -23,20 +23,9 @@ import numpy as np
 
 from attnlib.checks._core import Case, Exercise, Finding, Misconception, register
 
-# The references are written here, apart from attnlib.heads.split_heads / merge_heads (which
-# learners must not call); tests/test_ex_heads.py proves the two equal.
-
-
-def _split_reference(x, n_heads):
-    batch, seq, d_model = x.shape
-    x = x.reshape(batch, seq, n_heads, d_model // n_heads)  # (batch, seq, n_heads, d_head)
-    return np.swapaxes(x, 1, 2)  # (batch, n_heads, seq, d_head)
-
-
-def _merge_reference(x):
-    batch, n_heads, seq, d_head = x.shape
-    x = np.swapaxes(x, 1, 2)  # (batch, seq, n_heads, d_head)
-    return x.reshape(batch, seq, n_heads * d_head)  # (batch, seq, d_model)
+# The references are the mistake models with no mistake (``_split_build()``,
+# ``_merge_build()``), written here apart from attnlib.heads.split_heads / merge_heads (which
+# learners must not call); tests/test_ex_heads.py proves them equal to those and to oracles.
 
 
 # ----------------------------------------------------------------------------------------
@@ -175,18 +164,21 @@ register(
     Exercise(
         name="split_heads",
         summary="split_heads(x, n_heads): (batch, seq, d_model) -> (batch, n_heads, seq, d_head)",
-        reference=_split_reference,
+        reference=_split_build(),
         make_cases=_split_cases,
         exact=True,
         forbidden=("attnlib.heads.split_heads",),
         infer=_infer_split,
         build=_split_build,
-        exclusive=(
-            # re-read in memory order: there are no axes or feature blocks to speak of
-            frozenset({"heads-reshape-without-transpose", "heads-interleaved-features"}),
-            frozenset({"heads-reshape-without-transpose", "heads-axis-not-moved"}),
-            frozenset({"heads-reshape-without-transpose", "heads-axis-first"}),
-            frozenset({"heads-reshape-without-transpose", "heads-axes-order"}),
+        # re-read in memory order: there are no axes or feature blocks to speak of
+        exclusive=tuple(
+            frozenset({"heads-reshape-without-transpose", other})
+            for other in (
+                "heads-interleaved-features",
+                "heads-axis-not-moved",
+                "heads-axis-first",
+                "heads-axes-order",
+            )
         ),
         misconceptions=(
             Misconception(
@@ -317,7 +309,7 @@ register(
     Exercise(
         name="merge_heads",
         summary="merge_heads(x): (batch, n_heads, seq, d_head) -> (batch, seq, d_model)",
-        reference=_merge_reference,
+        reference=_merge_build(),
         make_cases=_merge_cases,
         exact=True,
         forbidden=("attnlib.heads.merge_heads",),

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from attnlib.backprop import attention_backward as _attention_backward
+from attnlib.checks._cases import normal_cases
 from attnlib.checks._core import Case, Exercise, Finding, Misconception, register
 from attnlib.checks.measure import close, fmt, tolerances
 from attnlib.tasks.lookup import lookup_batch as _lookup_batch
@@ -173,14 +174,8 @@ def _backward_cases() -> list[Case]:
 
 
 def _backward_hidden_cases() -> list[Case]:
-    rng = np.random.default_rng(6007)
-    n = rng.standard_normal
-    return [
-        Case(
-            "batch=2, n_heads=3: seq_q=5, seq_k=5, d_k=2, d_v=4",
-            (n((2, 3, 5, 2)), n((2, 3, 5, 2)), n((2, 3, 5, 4)), n((2, 3, 5, 4))),
-        )
-    ]
+    label = "batch=2, n_heads=3: seq_q=5, seq_k=5, d_k=2, d_v=4"
+    return normal_cases(6007, (label, (2, 3, 5, 2), (2, 3, 5, 2), (2, 3, 5, 4), (2, 3, 5, 4)))
 
 
 def _bw_variant(*, correction=True, corr_axis=-1, scale=True, dk_t=True, dv_t=True):

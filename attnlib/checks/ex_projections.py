@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from attnlib.checks._cases import normal_cases
 from attnlib.checks._core import Case, Exercise, Misconception, register
 from attnlib.projections import linear as _linear
 from attnlib.projections import project as _project
@@ -20,41 +21,27 @@ from attnlib.projections import project as _project
 
 
 def _project_cases() -> list[Case]:
-    rng = np.random.default_rng(202602)
-    n = rng.standard_normal
-    return [
-        Case(
-            "seq=5, d_model=6, d_k=4, d_v=3",
-            (n((5, 6)), n((6, 4)), n((6, 4)), n((6, 3))),
-        ),
-        Case(
-            "batch=2, seq=3, d_model=7, d_k=2, d_v=5",
-            (n((2, 3, 7)), n((7, 2)), n((7, 2)), n((7, 5))),
-        ),
-        Case(
-            "seq=4, d_model=6, d_k=d_v=4 (seq == d_k, so W @ x runs)",
-            (n((4, 6)), n((6, 4)), n((6, 4)), n((6, 4))),
-        ),
-        Case(
-            "one token: seq=1, d_model=3, d_k=5, d_v=2",
-            (n((1, 3)), n((3, 5)), n((3, 5)), n((3, 2))),
-        ),
-    ]
+    return normal_cases(
+        202602,
+        ("seq=5, d_model=6, d_k=4, d_v=3", (5, 6), (6, 4), (6, 4), (6, 3)),
+        ("batch=2, seq=3, d_model=7, d_k=2, d_v=5", (2, 3, 7), (7, 2), (7, 2), (7, 5)),
+        ("seq=4, d_model=6, d_k=d_v=4 (seq == d_k, so W @ x runs)", (4, 6), (6, 4), (6, 4), (6, 4)),
+        ("one token: seq=1, d_model=3, d_k=5, d_v=2", (1, 3), (3, 5), (3, 5), (3, 2)),
+    )
 
 
 def _project_hidden_cases() -> list[Case]:
-    rng = np.random.default_rng(912)
-    n = rng.standard_normal
-    return [
-        Case(
+    return normal_cases(
+        912,
+        (
             "batch=2, n_heads=3, seq=4, d_model=5, d_k=3, d_v=6",
-            (n((2, 3, 4, 5)), n((5, 3)), n((5, 3)), n((5, 6))),
+            (2, 3, 4, 5),
+            (5, 3),
+            (5, 3),
+            (5, 6),
         ),
-        Case(
-            "seq=7, d_model=2, d_k=9, d_v=1",
-            (n((7, 2)), n((2, 9)), n((2, 9)), n((2, 1))),
-        ),
-    ]
+        ("seq=7, d_model=2, d_k=9, d_v=1", (7, 2), (2, 9), (2, 9), (2, 1)),
+    )
 
 
 def _pj_swap_qk(x, W_q, W_k, W_v):
@@ -119,25 +106,23 @@ register(
 
 
 def _linear_cases() -> list[Case]:
-    rng = np.random.default_rng(202603)
-    n = rng.standard_normal
-    return [
-        Case("seq=5, in=4, out=3", (n((5, 4)), n((3, 4)), n(3))),
-        Case("batch=2, seq=3, in=6, out=2", (n((2, 3, 6)), n((2, 6)), n(2))),
-        Case("seq=3, in=out=4 (square weight, so x @ weight runs)", (n((3, 4)), n((4, 4)), n(4))),
-        Case("seq=in=3, out=5, bias=None (no bias; weight @ x runs)", (n((3, 3)), n((5, 3)), None)),
-        Case("seq=3, in=5, out=2, bias as keyword", (n((3, 5)), n((2, 5))), {"bias": n(2)}),
-    ]
+    return normal_cases(
+        202603,
+        ("seq=5, in=4, out=3", (5, 4), (3, 4), 3),
+        ("batch=2, seq=3, in=6, out=2", (2, 3, 6), (2, 6), 2),
+        ("seq=3, in=out=4 (square weight, so x @ weight runs)", (3, 4), (4, 4), 4),
+        ("seq=in=3, out=5, bias=None (no bias; weight @ x runs)", (3, 3), (5, 3), None),
+        ("seq=3, in=5, out=2, bias as keyword", (3, 5), (2, 5), {"bias": 2}),
+    )
 
 
 def _linear_hidden_cases() -> list[Case]:
-    rng = np.random.default_rng(913)
-    n = rng.standard_normal
-    return [
-        Case("batch=4, seq=2, in=3, out=7", (n((4, 2, 3)), n((7, 3)), n(7))),
-        Case("a single vector: in=6, out=4", (n(6), n((4, 6)), n(4))),
-        Case("seq=8, in=1, out=2, bias=None", (n((8, 1)), n((2, 1)), None)),
-    ]
+    return normal_cases(
+        913,
+        ("batch=4, seq=2, in=3, out=7", (4, 2, 3), (7, 3), 7),
+        ("a single vector: in=6, out=4", 6, (4, 6), 4),
+        ("seq=8, in=1, out=2, bias=None", (8, 1), (2, 1), None),
+    )
 
 
 def _add(y, bias):

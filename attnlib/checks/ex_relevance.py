@@ -16,6 +16,15 @@ import numpy as np
 
 from attnlib.checks._core import Case, Exercise, Misconception, register
 
+# What neither exercise may call: the library's scores (a dot product of queries and keys).
+_SCORES = ("attnlib.core.scores", "attnlib.core._scores_math")
+
+
+def _fixed_keys() -> np.ndarray:
+    """The keys of both exercises' first case: (seq_k=4, d_k=3), four different lengths."""
+    return np.array([[1.0, 1.0, 1.0], [0.0, 3.0, 0.0], [-1.0, 0.0, -1.0], [2.0, 0.0, 0.5]])
+
+
 # ----------------------------------------------------------------------------------------
 # relevance_scores(query, keys) -> (seq_k,)
 # ----------------------------------------------------------------------------------------
@@ -25,16 +34,8 @@ def _relevance_cases() -> list[Case]:
     rng = np.random.default_rng(101)
     n = rng.standard_normal
     fixed_q = np.array([1.0, 0.0, 2.0])
-    fixed_k = np.array(
-        [
-            [1.0, 1.0, 1.0],
-            [0.0, 3.0, 0.0],
-            [-1.0, 0.0, -1.0],
-            [2.0, 0.0, 0.5],
-        ]
-    )
     return [
-        Case("query (3,), keys (4, 3): d_k=3, seq_k=4", (fixed_q, fixed_k)),
+        Case("query (3,), keys (4, 3): d_k=3, seq_k=4", (fixed_q, _fixed_keys())),
         Case("query (5,), keys (7, 5)", (n(5), n((7, 5)) * rng.uniform(0.5, 3.0, (7, 1)))),
         Case("query (4,), keys (4, 4): seq_k == d_k", (n(4), n((4, 4)))),
         Case("query (6,), keys (2, 6): only two keys", (n(6) * 2.0, n((2, 6)))),
@@ -89,7 +90,7 @@ register(
         reference=_relevance_reference,
         make_cases=_relevance_cases,
         make_hidden_cases=_relevance_hidden_cases,
-        forbidden=("attnlib.core.scores", "attnlib.core._scores_math"),
+        forbidden=_SCORES,
         misconceptions=(
             Misconception(
                 "cosine-not-dot",
@@ -138,16 +139,8 @@ def _matrix_cases() -> list[Case]:
     rng = np.random.default_rng(102)
     n = rng.standard_normal
     fixed_q = np.array([[1.0, 0.0, 2.0], [0.0, -1.0, 1.0]])
-    fixed_k = np.array(
-        [
-            [1.0, 1.0, 1.0],
-            [0.0, 3.0, 0.0],
-            [-1.0, 0.0, -1.0],
-            [2.0, 0.0, 0.5],
-        ]
-    )
     return [
-        Case("Q (2, 3), K (4, 3): seq_q=2, seq_k=4, d_k=3", (fixed_q, fixed_k)),
+        Case("Q (2, 3), K (4, 3): seq_q=2, seq_k=4, d_k=3", (fixed_q, _fixed_keys())),
         Case("Q (3, 5), K (6, 5)", (n((3, 5)), n((6, 5)) * rng.uniform(0.5, 3.0, (6, 1)))),
         Case("Q (2, 4), K (4, 4): seq_k == d_k", (n((2, 4)), n((4, 4)))),
         Case("Q (6, 4), K (6, 4): seq_q == seq_k (one sentence)", (n((6, 4)), n((6, 4)))),
@@ -205,7 +198,7 @@ register(
         reference=_matrix_reference,
         make_cases=_matrix_cases,
         make_hidden_cases=_matrix_hidden_cases,
-        forbidden=("attnlib.core.scores", "attnlib.core._scores_math"),
+        forbidden=_SCORES,
         misconceptions=(
             Misconception(
                 "cosine-not-dot",

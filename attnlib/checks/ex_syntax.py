@@ -9,6 +9,17 @@
 The probe cases are small and noisy, with fewer training rows than a perfect fit needs,
 so that fitting on the test rows, scoring the training rows, shifting the labels by one
 or leaving out the bias each give a different accuracy from the right one.
+
+``probe_accuracy`` is worth two points, graded in two parts of one point
+(:func:`attnlib.checks.part`), each in its own locked cell:
+
+* ``probe_accuracy_heldout``: features centred on the training mean, classes balanced in
+  the training rows — there the bias column changes no prediction (with centred features
+  the least-squares bias is the class frequencies, the same for every class), so this part
+  grades the protocol alone: fit on the training rows with their own labels, score on the
+  test rows;
+* ``probe_accuracy_bias``: features far from the origin, where a probe without the bias
+  column classifies badly (and the protocol must still be right).
 """
 
 from __future__ import annotations
@@ -16,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from attnlib.checks._core import Case, Exercise, Misconception, register
+from attnlib.checks._core import Case, Exercise, Misconception, get_exercise, part, register
 
 # References written here, apart from attnlib.tasks.syntax (which learners must not call);
 # tests/test_ex_syntax.py proves them equal.
@@ -97,6 +108,35 @@ def _probe_cases() -> list[Case]:
     ]
 
 
+def _centred_case(label, seed, n_train, n_test, d, n_classes, noise):
+    """Balanced training classes, features centred on the training mean: the bias column
+    changes no prediction here (tests/test_partial_credit.py checks it)."""
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((n_classes, d))
+    y_train = np.repeat(np.arange(n_classes), n_train // n_classes)
+    rng.shuffle(y_train)
+    y_test = rng.integers(0, n_classes, n_test)
+    X_train = centres[y_train] + noise * rng.standard_normal((len(y_train), d))
+    X_test = centres[y_test] + noise * rng.standard_normal((n_test, d))
+    mean = X_train.mean(axis=0)  # (d,)
+    return Case(label, (X_train - mean, y_train, X_test - mean, y_test))
+
+
+def _centred_cases() -> list[Case]:
+    return [
+        _centred_case("3 centred classes, 30 train / 50 test rows", 921, 30, 50, 12, 3, 1.6),
+        _centred_case("2 centred classes, 20 train / 40 test rows", 902, 20, 40, 8, 2, 1.2),
+        _centred_case("4 centred classes, 60 train / 60 test rows", 903, 60, 60, 6, 4, 0.9),
+    ]
+
+
+def _centred_hidden_cases() -> list[Case]:
+    return [
+        _centred_case("hidden: 5 centred classes, 80 / 70 rows", 911, 80, 70, 10, 5, 1.0),
+        _centred_case("hidden: 2 centred classes, 24 / 30 rows", 912, 24, 30, 15, 2, 1.5),
+    ]
+
+
 def _probe_hidden_cases() -> list[Case]:
     return [
         _probe_case("hidden: 5 classes, 80 train / 70 test rows", 911, 80, 70, 10, 5, 4.0, 1.0),
@@ -144,6 +184,32 @@ register(
                 "predicting), or vectors far from the origin are classified badly.",
                 (_probe_no_bias,),
             ),
+        ),
+    )
+)
+
+
+register(
+    part(
+        get_exercise("probe_accuracy"),
+        "probe_accuracy_heldout",
+        "fit on the training rows with their labels, score on the test rows (centred "
+        "features: the bias does not matter here)",
+        ids=("probe-trained-on-test", "probe-scored-on-train", "labels-misaligned"),
+        make_cases=_centred_cases,
+        make_hidden_cases=_centred_hidden_cases,
+    )
+)
+register(
+    part(
+        get_exercise("probe_accuracy"),
+        "probe_accuracy_bias",
+        "features far from the origin: the probe needs its bias column",
+        ids=(
+            "probe-trained-on-test",
+            "probe-scored-on-train",
+            "labels-misaligned",
+            "probe-no-bias",
         ),
     )
 )

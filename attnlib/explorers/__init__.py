@@ -3,7 +3,8 @@
 One module per explorer — :mod:`~attnlib.explorers.dot` (lesson 01),
 :mod:`~attnlib.explorers.query` (03),
 :mod:`~attnlib.explorers.scale` (04), :mod:`~attnlib.explorers.heads` (07),
-:mod:`~attnlib.explorers.mask` (08), :mod:`~attnlib.explorers.induction` (13) —
+:mod:`~attnlib.explorers.mask` (08), :mod:`~attnlib.explorers.induction` (13),
+:mod:`~attnlib.explorers.keys_kept` (14) —
 and one helper, ``_render``, that draws a figure to
 PNG in the course style and wires controls, readout and image into a widget box.
 
@@ -15,6 +16,7 @@ builder that wires widgets to it, so it can be tested without a browser. Lessons
 from attnlib.explorers.dot import DotState, dot_explorer, dot_state
 from attnlib.explorers.heads import HeadState, head_explorer, head_state
 from attnlib.explorers.induction import InductionState, induction_explorer, induction_state
+from attnlib.explorers.keys_kept import KeysKeptState, keys_kept_explorer, keys_kept_state
 from attnlib.explorers.mask import MASK_MODES, MaskState, mask_explorer, mask_state
 from attnlib.explorers.query import QueryState, query_explorer, query_state
 from attnlib.explorers.scale import ExplorerState, explorer_state, scaling_explorer
@@ -25,6 +27,7 @@ __all__ = [
     "ExplorerState",
     "HeadState",
     "InductionState",
+    "KeysKeptState",
     "MaskState",
     "QueryState",
     "dot_explorer",
@@ -34,6 +37,8 @@ __all__ = [
     "head_state",
     "induction_explorer",
     "induction_state",
+    "keys_kept_explorer",
+    "keys_kept_state",
     "mask_explorer",
     "mask_state",
     "query_explorer",

@@ -124,3 +124,13 @@ from attnlib.plot._induction import (  # noqa: E402
 )
 
 __all__ += ["ablation_bars", "composition_maps", "head_patterns", "induction_view", "phase_change"]
+
+# Lesson 14: fewer keys to keep.
+from attnlib.plot._fewer_keys import (  # noqa: E402
+    accuracy_vs_distance,
+    cache_bars,
+    keys_kept_view,
+    tradeoff_scatter,
+)
+
+__all__ += ["accuracy_vs_distance", "cache_bars", "keys_kept_view", "tradeoff_scatter"]

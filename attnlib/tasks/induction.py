@@ -7,8 +7,9 @@ from :data:`N_TOKENS` = 50, no token twice) and then *the same tokens again*::
     BOS  a b c d e   a b c d e              length = 5, seq = 1 + 2 * length
     pos  0 1 2 3 4 5 6 7 8 9 10
 
-The model predicts every next token. In the first half nothing can be predicted (chance
-is log 50 = 3.91 nats); in the repeated half, from its second token on, every token is
+The model predicts every next token. In the first half almost nothing can be predicted
+(a uniform guess costs log 50 = 3.91 nats; never guessing a token already seen in the half
+gives about 3.81 on average); in the repeated half, from its second token on, every token is
 "the one that followed the earlier occurrence of the current token" — an induction head's
 rule. The control model is trained on the same first halves followed by *fresh* random
 tokens, so it never sees a repeat. ``length`` is drawn anew for every training batch

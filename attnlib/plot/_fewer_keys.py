@@ -1,0 +1,285 @@
+"""Figures of lesson 14: fewer keys to keep.
+
+* :func:`tradeoff_scatter` — accuracy against cache bytes per token, one labelled point
+  per variant (colour, marker and a direct label);
+* :func:`accuracy_vs_distance` — accuracy against how far back the answer sits, one line
+  per variant, the window's edge drawn and the region beyond it shaded;
+* :func:`cache_bars` — the KV cache of published model configurations, one hatched bar
+  per kind of saving, each labelled with its size;
+* :func:`keys_kept_view` — the keys-kept explorer's figure: which keys one query can still
+  reach under each scheme, and the cache each scheme keeps.
+
+The band and top-k mask pictures of the lesson use :func:`attnlib.plot.attention_grid`
+(hatched grey cells are the keys a query can no longer reach).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from attnlib.plot._base import (
+    FONT,
+    HATCHES,
+    PALETTE,
+    course_style,
+    fit_width,
+    heatmap,
+    mark_every,
+    new_axes,
+    series_style,
+)
+
+__all__ = ["accuracy_vs_distance", "cache_bars", "keys_kept_view", "tradeoff_scatter"]
+
+
+def tradeoff_scatter(
+    points: Mapping[str, tuple[float, float]],
+    *,
+    ax=None,
+    title: str | None = None,
+    xlabel: str = "cache bytes per token (all layers)",
+    ylabel: str = "accuracy",
+    chance: float | None = None,
+    logx: bool = True,
+):
+    """One point per variant: its cache bytes per token (x) against its accuracy (y).
+
+    Parameters
+    ----------
+    points : mapping of label -> (bytes per token, accuracy)
+        Each point gets its own colour and marker and its label written beside it.
+    chance : float, optional — a dotted horizontal line (the accuracy of a guess).
+    logx : bool — a base-2 logarithmic x axis (cache sizes differ by factors).
+
+    Returns
+    -------
+    Axes — one scatter collection per point, in the order of ``points``; ``ax.texts``
+    holds the direct labels, in the same order.
+    """
+    if not points:
+        raise ValueError("tradeoff_scatter: points must not be empty")
+    xs = np.array([float(x) for x, _ in points.values()])
+    ys = np.array([float(y) for _, y in points.values()])
+    if (xs <= 0).any() and logx:
+        raise ValueError(f"tradeoff_scatter: bytes per token must be > 0 on a log axis: {xs}")
+    ax = new_axes(ax, figsize=(7.4, 4.4))
+    with course_style():
+        for i, (label, (x, y)) in enumerate(points.items()):
+            style = series_style(i)
+            ax.scatter(
+                [x],
+                [y],
+                s=80,
+                color=style["color"],
+                marker=style["marker"],
+                edgecolors="0.15",
+                linewidths=0.6,
+                zorder=3,
+            )
+            ax.annotate(
+                label,
+                (x, y),
+                xytext=(7, 4 if i % 2 == 0 else -11),
+                textcoords="offset points",
+                fontsize=FONT["note"],
+                color="0.1",
+            )
+        if logx:
+            ax.set_xscale("log", base=2)
+            ax.set_xlim(xs.min() / 1.6, xs.max() * 3.2)  # room for the labels on the right
+        if chance is not None:
+            ax.axhline(chance, color="0.4", ls=":", lw=1.2)
+            ax.annotate(
+                "chance",
+                (xs.min() / 1.5, chance),
+                xytext=(0, 3),
+                textcoords="offset points",
+                fontsize=FONT["note"],
+                color="0.3",
+            )
+        ax.set_ylim(min(0.0, float(ys.min())), 1.08)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.grid(True, which="major", color="0.9", lw=0.8)
+        if title:
+            ax.set_title(title)
+    return ax
+
+
+def accuracy_vs_distance(
+    distances: Sequence[int],
+    curves: Mapping[str, Sequence[float]],
+    *,
+    window: int | None = None,
+    chance: float | None = None,
+    ax=None,
+    title: str | None = None,
+    xlabel: str = "distance d back to the answer (positions)",
+):
+    """Accuracy against the distance d between the query and the token it must recall.
+
+    Parameters
+    ----------
+    distances : sequence of int of shape (n_d,)
+    curves : mapping of label -> sequence of float of shape (n_d,)
+        One line per variant (colour, marker and line style differ).
+    window : int, optional
+        The sliding window W: a query sees back to d = W - 1, so the edge is drawn between
+        W - 1 and W and the distances beyond it are shaded ("beyond the window").
+    chance : float, optional — a dotted horizontal line.
+
+    Returns
+    -------
+    Axes — ``ax.get_lines()`` starts with one line per curve, in order.
+    """
+    d = np.asarray(distances, dtype=float)
+    if d.ndim != 1 or len(d) == 0:
+        raise ValueError(f"accuracy_vs_distance: distances must be 1-D, got shape {d.shape}")
+    ax = new_axes(ax, figsize=(7.4, 4.0))
+    with course_style():
+        for i, (label, acc) in enumerate(curves.items()):
+            acc = np.asarray(acc, dtype=float)
+            if acc.shape != d.shape:
+                raise ValueError(
+                    f"accuracy_vs_distance: curve {label!r} has shape {acc.shape}, "
+                    f"distances {d.shape}"
+                )
+            ax.plot(d, acc, label=label, markevery=mark_every(len(d), 12), **series_style(i))
+        if window is not None:
+            edge = window - 0.5
+            ax.axvline(edge, color="0.2", lw=1.4, ls="--")
+            ax.axvspan(edge, d.max() + 0.5, color="0.92", zorder=0, lw=0)
+            ax.annotate(
+                f"window edge\n(W = {window})",
+                (edge, 0.5),
+                xytext=(5, 0),
+                textcoords="offset points",
+                fontsize=FONT["note"],
+                va="center",
+            )
+        if chance is not None:
+            ax.axhline(chance, color="0.4", ls=":", lw=1.2)
+        ax.set_xlim(d.min() - 0.5, d.max() + 0.5)
+        ax.set_ylim(-0.03, 1.05)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("accuracy")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=FONT["note"] + 1)
+        if title:
+            ax.set_title(title)
+    return ax
+
+
+def cache_bars(
+    values: Mapping[str, float],
+    *,
+    kinds: Mapping[str, str] | None = None,
+    unit: str = "GiB",
+    ax=None,
+    title: str | None = None,
+    xlabel: str | None = None,
+):
+    """Horizontal bars, one per model configuration, each labelled with its value.
+
+    Parameters
+    ----------
+    values : mapping of label -> size (already in ``unit``), drawn top to bottom.
+    kinds : mapping of label -> kind of saving (e.g. "grouped keys", "window + global",
+        "latent"), optional. Bars of one kind share a colour and a hatch, and the legend
+        names the kinds.
+    unit : str — written after each value and in the axis label.
+
+    Returns
+    -------
+    Axes — its bars are ``ax.patches`` in the order of ``values``.
+    """
+    labels = list(values)
+    vals = np.array([float(v) for v in values.values()])
+    if (vals < 0).any():
+        raise ValueError(f"cache_bars: sizes must be >= 0, got {vals}")
+    kinds = dict(kinds or {})
+    order = list(dict.fromkeys(kinds.get(label, "") for label in labels))
+    ax = new_axes(ax, figsize=(7.6, 0.5 * len(vals) + 1.6))
+    with course_style():
+        y = np.arange(len(vals))[::-1]
+        drawn: dict[str, object] = {}
+        for yy, label, v in zip(y, labels, vals, strict=True):
+            kind = kinds.get(label, "")
+            i = order.index(kind)
+            bar = ax.barh(
+                yy,
+                v,
+                height=0.7,
+                color=PALETTE[i % len(PALETTE)],
+                hatch=HATCHES[i % len(HATCHES)],
+                edgecolor="0.15",
+                lw=0.6,
+                label=kind or None,
+            )
+            drawn.setdefault(kind, bar)
+            ax.text(v, yy, f" {v:.2f} {unit}", va="center", fontsize=FONT["note"])
+        ax.set_yticks(y, labels=labels)
+        ax.set_xlim(0, vals.max() * 1.3 if vals.max() > 0 else 1.0)
+        ax.set_xlabel(xlabel or f"KV cache of one sequence ({unit})")
+        if any(order):
+            ax.legend(
+                handles=[drawn[k] for k in order if k],
+                labels=[k for k in order if k],
+                loc="lower right",
+                fontsize=FONT["note"],
+            )
+        if title:
+            ax.set_title(title)
+    return ax
+
+
+def keys_kept_view(state, axes=None):
+    """The keys-kept explorer's figure (``state`` a :class:`attnlib.explorers.KeysKeptState`).
+
+    Left: one row per scheme, one column per key position up to the query; the keys the
+    query can still reach are coloured by the query's weight on them, the others hatched
+    grey. Right: the cache each scheme holds at that point, in KiB, one hatched bar each.
+    """
+    if axes is None:
+        with course_style():
+            _, axes = plt.subplots(
+                1, 2, figsize=fit_width(8.0, 3.5), layout="constrained", width_ratios=(2.2, 1.0)
+            )
+    ax_m, ax_b = axes
+    names = list(state.schemes)
+    with course_style():
+        heatmap(
+            state.weights,
+            ax=ax_m,
+            queries=names,
+            annotate=False,
+            colorbar=False,
+            mask=state.reach,
+            mask_legend=False,
+        )
+        ax_m.set_ylabel("")
+        ax_m.set_xlabel(f"key position (the query is at {state.query})")
+        ax_m.set_title(
+            f"keys query {state.query} can reach (W = {state.window}, k = {state.k})",
+            fontsize=FONT["legend"] + 1,
+        )
+        kib = np.asarray(state.cache_bytes, dtype=float) / 1024
+        y = np.arange(len(names))[::-1]
+        for i, (yy, v) in enumerate(zip(y, kib, strict=True)):
+            ax_b.barh(
+                yy,
+                v,
+                height=0.7,
+                color=PALETTE[i % len(PALETTE)],
+                hatch=HATCHES[i % len(HATCHES)],
+                edgecolor="0.15",
+                lw=0.6,
+            )
+            ax_b.text(v, yy, f" {v:.0f}", va="center", fontsize=FONT["note"])
+        ax_b.set_yticks(y, labels=[""] * len(names))
+        ax_b.set_xlim(0, kib.max() * 1.45)
+        ax_b.set_xlabel("cache (KiB)")
+        ax_b.set_title(f"d_latent = {state.d_latent}", fontsize=FONT["legend"] + 1)
+    return axes
