@@ -63,7 +63,8 @@ student: setup
 	$(BIN)/python -m attnlib.course.student notebooks workbook
 
 # LESSONS="03_attention 08_masks" limits release/autograde to some lessons (default: all graded).
-# JOBS=N grades N submissions at once, each in its own sandbox (default: one per core).
+# JOBS=N grades N submissions at once, each in its own sandbox (default: one per core);
+# `make feedback JOBS=N` writes N feedback files at once.
 # GRADE_ARGS="--unsafe-no-sandbox" grades without bubblewrap (every CSV row then says so).
 JOBS ?=
 GRADE_ARGS ?=
@@ -74,7 +75,7 @@ autograde: setup
 	$(BIN)/python -m attnlib.course.gradebook autograde $(LESSONS) $(if $(JOBS),--jobs $(JOBS)) $(GRADE_ARGS)
 
 feedback: setup
-	$(BIN)/python -m attnlib.course.gradebook feedback
+	$(BIN)/python -m attnlib.course.gradebook feedback $(if $(JOBS),--jobs $(JOBS))
 
 report: setup
 	$(BIN)/python -m attnlib.course.report

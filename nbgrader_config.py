@@ -53,6 +53,9 @@ c.OverwriteCells.add_missing_cells = True
 c.ResilientExecute.sandbox = "bwrap"
 c.ResilientExecute.memory_limit = 6 * 2**30  # bytes of address space per kernel
 c.ResilientExecute.cpu_limit = 900  # CPU seconds per kernel (all its cells)
+# When a submission is done its kernel is killed at once (its state is thrown away): a
+# graceful shutdown waits ~2.5 s per submission for the sandboxed process to exit.
+c.ResilientExecute.shutdown_kernel = "immediate"
 
 # Autograde: nbgrader's list, with Execute replaced by one that sandboxes the kernel, judges
 # hidden tests outside it and survives stuck or dead kernels, and stderr in graded test

@@ -16,7 +16,9 @@ attention (MHA) is ``n_kv_heads = n_heads``. :func:`grouped_attend` computes it 
 * :func:`kv_cache_bytes` — the memory formula, for every way of keeping fewer keys of
   lesson 14 as well; :data:`PUBLISHED_CONFIGS`, the numbers of published models;
 * :func:`grouped_attend` — attention with fewer key/value heads than query heads;
-* :class:`TinyDecoder` — embedding + ``n_layers`` causal attention blocks;
+* :class:`TinyDecoder` — embedding + ``n_layers`` causal attention blocks; lesson 14 adds
+  options for sliding windows (and global layers), cross-layer K/V sharing and latent
+  attention;
 * :func:`generate` — greedy decoding with or without the cache;
 * :func:`rotary_decode_step` — one cached step of a rotary (RoPE) attention layer: the new
   tokens' positions start at the cache length, and keys are rotated *before* they are
@@ -641,8 +643,10 @@ class TinyDecoder(nn.Module):
         self.kv_share = _check_kv_share(fn, kv_share, n_layers)
         self.window = None if window is None else check_int(fn, "window", window, minimum=1)
         self.global_layers = _check_layers(fn, "global_layers", global_layers, n_layers)
-        self.windowed = [self.window is not None and i not in self.global_layers
-                         for i in range(n_layers)]  # fmt: skip
+        # per layer: does it use the window?
+        self.windowed = [
+            window is not None and i not in self.global_layers for i in range(n_layers)
+        ]
         for i, src in enumerate(self.kv_share):
             if self.windowed[src] and not self.windowed[i]:
                 raise ValueError(
@@ -685,11 +689,8 @@ class TinyDecoder(nn.Module):
             elif isinstance(block.attn, LatentAttention):
                 caches.append(block.attn.new_cache(batch, max_len))
             elif self.windowed[i]:
-                caches.append(
-                    RollingKVCache(
-                        batch, self.n_kv_heads, self.d_head, window=self.window, dtype=dtype
-                    )  # fmt: skip
-                )
+                size = dict(window=self.window, dtype=dtype)  # only the last `window` positions
+                caches.append(RollingKVCache(batch, self.n_kv_heads, self.d_head, **size))
             else:
                 caches.append(
                     KVCache(batch, self.n_kv_heads, self.d_head, max_len=max_len, dtype=dtype)
@@ -701,8 +702,10 @@ class TinyDecoder(nn.Module):
         dtype = self.tok.weight.dtype
         storing = sum(src == i for i, src in enumerate(self.kv_share))
         if self.d_latent is not None:
-            return kv_cache_bytes(n_layers=self.n_layers, batch=batch, seq=seq, dtype=dtype,
-                                  d_latent=self.d_latent, d_rope=self.d_rope)  # fmt: skip
+            latent = dict(d_latent=self.d_latent, d_rope=self.d_rope)
+            return kv_cache_bytes(
+                n_layers=self.n_layers, batch=batch, seq=seq, dtype=dtype, **latent
+            )
         local = sum(self.windowed[i] for i, src in enumerate(self.kv_share) if src == i)
         return kv_cache_bytes(
             n_layers=self.n_layers,

@@ -3,7 +3,8 @@
 Two fixture lessons use the registered exercises "softmax", "attend", "causal_mask" and
 "padding_mask" exactly as CONTRIBUTING.md describes: a solution cell with
 ``### BEGIN SOLUTION`` / ``### END SOLUTION`` and a locked check cell calling
-``checks.check`` and, in a hidden-test region, ``checks.check_hidden``.
+``checks.check`` and, in a hidden-test region, ``checks.check_hidden``. A third
+(``PART_LESSONS``) grades "decode_step" in two parts of one point, one check cell each.
 """
 
 from __future__ import annotations
@@ -55,6 +56,20 @@ LESSONS = {
     "02_fixture_masks": ["causal_mask", "padding_mask"],
 }
 
+# An exercise graded in parts: one solution cell, then one locked 1-point check cell per
+# part (attnlib.checks.part), as lessons 05 and 09-12 do.
+EXERCISES["decode_step"] = (
+    "def decode_step(q_new, k_new, v_new, k_cache, v_cache):",
+    "k_all = np.concatenate([k_cache, k_new], axis=-2)  # (..., seq_past + seq_new, d_k)\n"
+    "v_all = np.concatenate([v_cache, v_new], axis=-2)\n"
+    'mask = attnlib.causal_mask(q_new.shape[-2], k_all.shape[-2], align="bottom_right")\n'
+    "out, _ = attnlib.attend(q_new, k_all, v_all, mask)\n"
+    "return out, k_all, v_all",
+    2,
+)
+PARTS = {"decode_step": ["decode_step_cache", "decode_step_output"]}
+PART_LESSONS = {"03_fixture_parts": ["decode_step"]}
+
 
 def _indent(code: str, n: int = 4) -> str:
     return "\n".join((" " * n + line) if line else line for line in code.splitlines())
@@ -97,20 +112,23 @@ def lesson(stem: str, names: list[str]) -> nbformat.NotebookNode:
                 ),
             )
         )
-        cells.append(
-            nbformat.v4.new_code_cell(
-                f'from attnlib import checks\n\nchecks.check("{name}", {name})\n'
-                f'### BEGIN HIDDEN TESTS\nchecks.check_hidden("{name}", {name})\n'
-                "### END HIDDEN TESTS",
-                metadata=_meta(
-                    grade=True,
-                    solution=False,
-                    locked=True,
-                    points=points,
-                    grade_id=f"l{num}-{name}-check",
-                ),
+        parts = PARTS.get(name, [name])
+        for k, checked in enumerate(parts):
+            suffix = "" if k == 0 else "-" + checked.removeprefix(name + "_")
+            cells.append(
+                nbformat.v4.new_code_cell(
+                    f'from attnlib import checks\n\nchecks.check("{checked}", {name})\n'
+                    f'### BEGIN HIDDEN TESTS\nchecks.check_hidden("{checked}", {name})\n'
+                    "### END HIDDEN TESTS",
+                    metadata=_meta(
+                        grade=True,
+                        solution=False,
+                        locked=True,
+                        points=points if len(parts) == 1 else 1,
+                        grade_id=f"l{num}-{name}{suffix}-check",
+                    ),
+                )
             )
-        )
     cells.append(nbformat.v4.new_markdown_cell("**Summary**: a fixture.", metadata=_meta()))
     nb = nbformat.v4.new_notebook(cells=cells)
     nb.metadata["kernelspec"] = dict(KERNELSPEC)

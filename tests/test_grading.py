@@ -23,7 +23,14 @@ from pathlib import Path
 import nbformat
 import pytest
 from hostile import HONEST, HOSTILE
-from nbfixtures import LESSONS, hidden_lines, reference_source, set_solution, solution_lines
+from nbfixtures import (
+    LESSONS,
+    PART_LESSONS,
+    hidden_lines,
+    reference_source,
+    set_solution,
+    solution_lines,
+)
 from nbfixtures import write_lessons as write_fixture_lessons
 
 from attnlib.checks.grading import TAMPER_TAG
@@ -39,7 +46,11 @@ pytestmark = [
 
 ROOT = Path(__file__).resolve().parents[1]
 ATTNLIB = ROOT / "attnlib"
-TIMEOUT = 30  # seconds per cell in these tests (the course uses 60)
+TIMEOUT = 30  # seconds per cell of the real lessons in these tests (the course uses 60)
+# The fixture lessons' cells take well under a second; their shorter limit is what the two
+# submissions that never finish a cell (an interrupt-swallowing loop, replaced builtins)
+# cost before their kernels are restarted.
+FIXTURE_TIMEOUT = 10
 JOBS = 2
 NO_SANDBOX = sandbox.unavailable()
 needs_sandbox = pytest.mark.skipif(
@@ -58,6 +69,8 @@ WRONG_ATTEND = "def attend(q, k, v, mask=None):\n    return q, k\n"
 
 LESSON_PATHS = [p for p in lesson_paths(ROOT / "notebooks") if gradebook.is_graded(p)]
 A, B = LESSONS
+(C,) = PART_LESSONS  # decode_step in two parts of one point (cache, output)
+FIXTURES = [*LESSONS, *PART_LESSONS]
 PLANTED = (
     ATTNLIB
     / "checks"
@@ -116,6 +129,16 @@ def _scenarios(course: Path, notebooks: Path) -> None:
     _submit(course, "looper", A, nb)
 
     _submit(course, "corrupt", A, '{"cells": [ this is not json')
+
+    # an exercise in two parts: the solution, the stub, and one part right (the cache
+    # is right, the causal mask is aligned top-left so the output is wrong)
+    _submit(course, "ref", C, nbformat.read(notebooks / f"{C}.ipynb", as_version=4))
+    _submit(course, "untouched", C, _release(course, C))
+    nb = _release(course, C)
+    half = reference_source("decode_step").replace('"bottom_right"', '"top_left"')
+    assert half != reference_source("decode_step")
+    set_solution(nb, "l03-decode_step-solution", half)
+    _submit(course, "half", C, nb)
 
     for sub in HOSTILE + HONEST:
         nb = _release(course, A)
@@ -250,6 +273,7 @@ def graded(tmp_path_factory) -> Graded:
         t = now
 
     write_fixture_lessons(notebooks)
+    write_fixture_lessons(notebooks, PART_LESSONS)
     for path in LESSON_PATHS:
         shutil.copy(path, notebooks / path.name)
     course.mkdir()
@@ -265,11 +289,18 @@ def graded(tmp_path_factory) -> Graded:
     _exchange_out(course, tmp / "exchange", homes)
     phase("exchange out")
     lines: list[str] = []
-    outcomes = gradebook.autograde(course, notebooks, timeout=TIMEOUT, jobs=JOBS, echo=lines.append)
+    outcomes = gradebook.autograde(
+        course,
+        notebooks,
+        timeout=TIMEOUT,
+        timeouts=dict.fromkeys(FIXTURES, FIXTURE_TIMEOUT),
+        jobs=JOBS,
+        echo=lines.append,
+    )
     phase("autograde")
     seconds = phases["autograde"]
     print("\n".join(lines))
-    gradebook.feedback(course, echo=lines.append)
+    gradebook.feedback(course, echo=lines.append, jobs=JOBS)
     phase("feedback")
     _exchange_back(course, tmp / "exchange", homes)
     phase("exchange back")
@@ -339,6 +370,30 @@ def test_grading_time_and_progress_are_reported(graded):
     assert any(re.match(r"\[[#.]+\]\s+\d+/\d+ ", ln) for ln in graded.lines)
     report = json.loads((graded.course / gradebook.REPORT_NAME).read_text())
     assert report[A]["looper"]["status"] == "graded with problems"
+
+
+def test_an_exercise_in_two_parts_earns_a_point_per_part_judged_by_the_grader(graded):
+    assert graded.score("ref", C) == ("2.0", "2.0", "graded", "no")
+    assert graded.score("untouched", C) == ("0.0", "2.0", "graded", "no")
+    assert graded.score("half", C) == ("1.0", "2.0", "graded", "no")
+    cells = _grade_ids(graded.autograded("half", C))
+    cache, output = cells["l03-decode_step-check"], cells["l03-decode_step-output-check"]
+    assert not [o for o in cache.outputs if o.output_type == "error"]
+    assert "✔ decode_step_cache: correct on all" in json.dumps(cache.outputs, ensure_ascii=False)
+    errors = [o for o in output.outputs if o.output_type == "error"]
+    assert errors and errors[0].evalue.startswith("✘ decode_step_output:")
+    assert "[mask-blocks-past]" in errors[0].evalue  # the visible check names the mistake
+    assert "one part of decode_step" in errors[0].evalue
+    # and the gradebook holds one point per part cell, as nbgrader's formgrader shows it
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{graded.course / 'gradebook.db'}") as gb:
+        nb = gb.find_submission_notebook(C, "half", C)
+        points = {g.name: (g.auto_score, g.max_score) for g in nb.grades}
+    assert points == {
+        "l03-decode_step-check": (1.0, 1.0),
+        "l03-decode_step-output-check": (0.0, 1.0),
+    }
 
 
 # ---- hostile and honest submissions (tests/hostile.py) -------------------------------------
@@ -421,7 +476,7 @@ def _leaks(text: str, lines: list[str]) -> list[str]:
 
 
 def test_releases_contain_no_solutions_and_no_hidden_tests(graded):
-    for lesson in LESSONS:
+    for lesson in FIXTURES:
         src = nbformat.read(graded.notebooks / f"{lesson}.ipynb", as_version=4)
         text = (graded.course / "release" / lesson / f"{lesson}.ipynb").read_text()
         assert _leaks(text, solution_lines(src)) == []

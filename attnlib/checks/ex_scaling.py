@@ -20,6 +20,7 @@ import numpy as np
 from attnlib.checks._core import Case, Exercise, Misconception, register
 from attnlib.core import softmax as _softmax
 from attnlib.tasks.scaling import choose_scale as _choose_scale
+from attnlib.tasks.scaling import predicted_score_variance as _predicted_score_variance
 from attnlib.tasks.scaling import softmax_jacobian as _softmax_jacobian
 
 # ----------------------------------------------------------------------------------------
@@ -39,15 +40,13 @@ def _variance_cases() -> list[Case]:
     ]
 
 
-def _variance_reference(d_k, scale=1.0, var_q=1.0, var_k=1.0):
-    return float(d_k * var_q * var_k * scale**2)
-
-
 register(
     Exercise(
         name="score_variance",
         summary="score_variance(d_k, scale, var_q, var_k) -> Var(scale · q·k)",
-        reference=_variance_reference,
+        reference=lambda d_k, scale=1.0, var_q=1.0, var_k=1.0: _predicted_score_variance(
+            d_k, scale, var_q, var_k
+        ),
         make_cases=_variance_cases,
         rtol=1e-9,
         atol=1e-12,

@@ -7,7 +7,9 @@ Measured in one run, on this machine, printed as plain-text tables:
    :func:`attnlib.blockwise.blockwise_attend`, batch 8 × heads 8 × d_k 64, seq 128–2048;
 2. peak memory of the explicit and the blockwise path (numpy, traced with tracemalloc:
    deterministic), seq 512–4096;
-3. decoding with and without the KV cache (tokens/s, speedup) at 256 and 1024 new tokens.
+3. decoding with and without the KV cache (tokens/s, speedup) at 256 and 1024 new tokens;
+4. lesson 14's variants (full, grouped, latent, windowed, hybrid, top-k selected and shared
+   keys): cache bytes per token and decoding tokens/s with each one's cache.
 
 ``--course`` also runs every lesson under strict nbval and reports the wall time and the
 slowest lesson (minutes). ``--quick`` is a tiny configuration for tests.
@@ -239,7 +241,102 @@ def bench_decoding(news, *, config=None, prompt_len=16, sample_above=256, sample
 
 
 # ----------------------------------------------------------------------------------------
-# 4. The course under strict nbval (optional).
+# 4. Fewer keys to keep (lesson 14): cache bytes and decoding speed of each variant.
+# ----------------------------------------------------------------------------------------
+
+# Lesson 14's variants at the decoder's size: the same kinds of keys as the trained task
+# (attnlib.tasks.recall.VARIANTS), with sizes scaled to d_model 256 (8 heads of 32).
+FEWER_KEYS_SIZES = {
+    "gqa": {"n_kv_heads": 2},
+    "latent_large": {"d_latent": 128},
+    "latent_small": {"d_latent": 16},
+    "window": {"window": 64},
+    "hybrid": {"window": 64},
+    "topk": {"top_k": 64, "n_index_heads": 4, "d_index": 16},
+}
+
+
+def fewer_keys_variants(sizes=None) -> list:
+    """The lesson-14 variants (:class:`attnlib.tasks.recall.Variant`) resized for the bench."""
+    import dataclasses
+
+    from attnlib.tasks.recall import VARIANTS
+
+    sizes = FEWER_KEYS_SIZES if sizes is None else sizes
+    out = []
+    for name, v in VARIANTS.items():
+        v = dataclasses.replace(v, **sizes.get(name, {}))
+        label = {
+            "gqa": f"GQA, {v.n_kv_heads} KV heads",
+            "latent_large": f"latent, {v.d_latent} numbers",
+            "latent_small": f"latent, {v.d_latent} numbers",
+            "window": f"window {v.window}",
+            "hybrid": f"window {v.window} + 1 global",
+            "topk": f"top-{v.top_k} selection",
+        }.get(name, v.label)
+        out.append(dataclasses.replace(v, label=label))
+    return out
+
+
+@torch.no_grad()
+def bench_fewer_keys(new_tokens, *, config=None, prompt_len=16, sizes=None, repeats=2):
+    """Greedy decoding with each variant's cache: cache bytes per token after the whole
+    run (the formula, and the bytes the caches actually hold) and tokens/s, on
+    :class:`attnlib.tasks.recall.RecallModel` at the decoder's sizes (untrained: the
+    speed and the memory do not depend on the weights). Variants are timed interleaved."""
+    from attnlib.kv_cache import generate
+    from attnlib.tasks.recall import RecallModel
+
+    config = dict(DECODER if config is None else config)
+    seq = prompt_len + new_tokens
+    dims = {
+        "vocab": config["vocab_size"],
+        "d_model": config["d_model"],
+        "n_heads": config["n_heads"],
+        "n_layers": config["n_layers"],
+        "max_len": seq,
+    }
+    variants = fewer_keys_variants(sizes)
+    models = {}
+    for v in variants:
+        torch.manual_seed(0)
+        models[v.name] = RecallModel(v, **dims).eval()
+    gen = torch.Generator().manual_seed(0)
+    prompt = torch.randint(0, config["vocab_size"], (1, prompt_len), generator=gen)
+    with torch_threads(1):
+        t = median_times(
+            {n: functools.partial(generate, m, prompt, new_tokens) for n, m in models.items()},
+            repeats=repeats,
+            warmup=1,
+        )
+    rows = []
+    for v in variants:
+        m = models[v.name]
+        caches = generate(m, prompt, new_tokens).caches
+        held = sum(c.nbytes for c in caches if c is not None)
+        formula = m.cache_bytes(seq)
+        rows.append(
+            [
+                v.label,
+                f"{formula / seq:.0f}",
+                f"{held / seq:.0f}",
+                f"{formula / models['mha'].cache_bytes(seq):.3f}",
+                f"{new_tokens / t[v.name]:.0f}",
+                f"{t['mha'] / t[v.name]:.2f}",
+            ]
+        )
+    headers = ["variant", "cache B/token", "held B/token", "cache / MHA", "tok/s", "speed / MHA"]
+    title = (
+        f"Fewer keys to keep (lesson 14): greedy decoding of {new_tokens} tokens after a "
+        f"prompt of {prompt_len} with each variant's cache, attention-only decoder d_model "
+        f"{config['d_model']}, {config['n_heads']} heads, {config['n_layers']} layers, fp32, "
+        f"batch 1, 1 torch thread; cache bytes per token after {seq} tokens"
+    )
+    return title + "\n" + _table(headers, rows)
+
+
+# ----------------------------------------------------------------------------------------
+# 5. The course under strict nbval (optional).
 # ----------------------------------------------------------------------------------------
 
 
@@ -277,12 +374,20 @@ def main(argv: list[str] | None = None) -> int:
         print()
         config = {"vocab_size": 32, "d_model": 32, "n_heads": 4, "n_layers": 1}
         print(bench_decoding((8, 24), config=config, prompt_len=4, sample_above=8, samples=4))
+        print()
+        sizes = {"latent_large": {"d_latent": 8}, "latent_small": {"d_latent": 2}}
+        sizes |= {"window": {"window": 4}, "hybrid": {"window": 4}, "topk": {"top_k": 4}}
+        sizes |= {"gqa": {"n_kv_heads": 2}}
+        config = config | {"n_layers": 2}  # two layers: one to share keys with the other
+        print(bench_fewer_keys(12, config=config, prompt_len=4, sizes=sizes, repeats=1))
     else:
         print(bench_attention((128, 256, 512, 1024, 2048)), flush=True)
         print(flush=True)
         print(bench_memory((512, 1024, 2048, 4096)), flush=True)
         print(flush=True)
         print(bench_decoding((256, 1024)), flush=True)
+        print(flush=True)
+        print(bench_fewer_keys(512), flush=True)
     if args.course:
         print(flush=True)
         print(bench_course(course_root()), flush=True)

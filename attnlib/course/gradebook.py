@@ -68,7 +68,7 @@ import nbformat
 from nbclient.exceptions import DeadKernelError
 from nbgrader.plugins import ExportPlugin
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
-from traitlets import Integer, Unicode
+from traitlets import Enum, Integer, Unicode
 
 from attnlib.checks import grading
 from attnlib.course.lessons import course_root, lesson_paths
@@ -147,6 +147,9 @@ class ResilientExecute(Execute):
         config=True
     )
     cpu_limit = Integer(Limits().cpu_seconds, help="CPU seconds per kernel").tag(config=True)
+    # A graded kernel's state is thrown away: kill it at once rather than wait (~2.5 s per
+    # submission) for a graceful exit of the sandboxed process.
+    shutdown_kernel = Enum(["graceful", "immediate"], default_value="immediate").tag(config=True)
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("kernel_manager_class", SandboxKernelManager)
@@ -1139,6 +1142,8 @@ def _grade_one(
     """Run nbgrader's Autograde on one submission (in a worker process or in this one)."""
     from nbgrader.converters import Autograde
 
+    if isinstance(timeout, dict):  # per lesson, with a default under None
+        timeout = timeout.get(assignment, timeout.get(None))
     cfg = load_config(Path(course), timeout)
     cfg.ResilientExecute.sandbox = sandbox
     cfg.ResilientExecute.sandbox_slot = _WORKER.get("slot", 0) if slot is None else slot
@@ -1240,11 +1245,15 @@ def autograde(
     echo=print,
     jobs: int | None = None,
     unsafe_no_sandbox: bool = False,
+    timeouts: dict[str, int] | None = None,
 ) -> list[Outcome]:
     """Grade every submission under <course>/submitted, write the report and the CSV.
 
     ``jobs`` submissions are graded at once (default: one per core), each in its own
-    sandbox. Without bubblewrap this refuses unless ``unsafe_no_sandbox``.
+    sandbox, the largest notebooks first (so that no long one is left for the end while
+    the other workers idle). ``timeout`` is the time limit per cell (default: the
+    config's), ``timeouts`` a limit per lesson that overrides it. Without bubblewrap this
+    refuses unless ``unsafe_no_sandbox``.
     """
     from nbgrader.api import Gradebook
     from nbgrader.converters import GenerateAssignment
@@ -1292,6 +1301,12 @@ def autograde(
                 )
             known.add(a)
         tasks.append((a, s))
+    size = {
+        (a, s): sum(p.stat().st_size for p in (submitted / s / a).glob("*.ipynb")) for a, s in tasks
+    }
+    tasks.sort(key=lambda t: -size[t])  # stable: ties keep their order
+    if timeouts:
+        timeout = {None: timeout, **timeouts}
     jobs = max(1, min(jobs or default_jobs(), len(tasks) or 1))
     threads = max(1, default_jobs() // jobs) if jobs > 1 else 0
     total = len(tasks)
@@ -1470,20 +1485,54 @@ def export(course: Path, to: Path | None = None, echo=print) -> Path:
     return dest
 
 
-def feedback(course: Path, echo=print) -> list[Path]:
-    """Feedback HTML (no hidden tests) for every autograded submission."""
+def _feedback_one(course: str, assignment: str, student: str) -> dict:
     from nbgrader.converters import GenerateFeedback
 
+    cfg = load_config(Path(course))
+    result = _run_app(GenerateFeedback, cfg, assignment, student, force=True)
+    return {
+        "assignment": assignment,
+        "student": student,
+        "success": bool(result.get("success")),
+        "error": result.get("error", "") or "",
+    }
+
+
+def feedback(course: Path, echo=print, jobs: int | None = None) -> list[Path]:
+    """Feedback HTML (no hidden tests) for every autograded submission.
+
+    ``jobs`` worker processes write it at once (default: one per core; the HTML export
+    is the work, the gradebook is only read).
+    """
     course = Path(course).resolve()
-    cfg = load_config(course)
     autograded = course / "autograded"
-    written = []
     if not autograded.exists():
         raise SystemExit(f"nothing to give feedback on: {autograded} does not exist")
-    for a, s in find_submissions(autograded):
-        result = _run_app(GenerateFeedback, cfg, a, s, force=True)
-        if not result["success"]:
-            echo(f"feedback for {s}/{a} failed:\n{result.get('error', '')}")
+    pairs = find_submissions(autograded)
+    jobs = max(1, min(jobs or default_jobs(), len(pairs) or 1))
+    if jobs == 1:
+        results = [_feedback_one(str(course), a, s) for a, s in pairs]
+    else:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        lock = _GradebookLock(course / ".gradebook.lock")
+        lock.install()
+        ctx = mp.get_context("spawn")
+        with ProcessPoolExecutor(
+            max_workers=jobs,
+            mp_context=ctx,
+            initializer=_worker_init,
+            initargs=(ctx.Value("i", 0), str(lock.path)),
+        ) as pool:
+            results = list(
+                pool.map(_feedback_one, [str(course)] * len(pairs), *zip(*pairs, strict=True))
+            )
+    written = []
+    for r in results:
+        a, s = r["assignment"], r["student"]
+        if not r["success"]:
+            echo(f"feedback for {s}/{a} failed:\n{r['error']}")
             continue
         written += sorted((course / "feedback" / s / a).glob("*.html"))
     echo(f"wrote {len(written)} feedback file(s) under {course / 'feedback'}")
@@ -1564,7 +1613,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "export":
         export(args.course, args.to)
     elif args.command == "feedback":
-        feedback(args.course)
+        feedback(args.course, jobs=args.jobs)
     elif args.command == "validate":
         return 0 if validate(args.course, args.notebooks) else 1
     return 0

@@ -227,8 +227,10 @@ def cache_bars(
             ax.legend(
                 handles=[drawn[k] for k in order if k],
                 labels=[k for k in order if k],
-                loc="lower right",
+                loc="upper right",
                 fontsize=FONT["note"],
+                title="kind of saving",
+                title_fontsize=FONT["note"],
             )
         if title:
             ax.set_title(title)

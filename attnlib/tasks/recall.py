@@ -267,23 +267,30 @@ def _variant(fn: str, variant) -> Variant:
 
 
 class IndexKeyCache:
-    """The indexer's keys of every past position (top-k selection keeps them all):
-    ``append(k_idx)`` with k_idx (batch, seq_new, d_index) returns all of them so far."""
+    """The indexer's keys of every past position (top-k selection keeps them all), one
+    vector of ``d_index`` numbers per position. Storage for ``max_len`` positions is
+    allocated up front and doubled when outgrown, as in :class:`attnlib.kv_cache.KVCache`.
+    """
 
-    def __init__(self, batch: int, d_index: int, dtype=torch.float32):
-        self._k = torch.empty(batch, 0, d_index, dtype=dtype)
+    def __init__(self, batch: int, d_index: int, *, max_len: int = 64, dtype=torch.float32):
+        self._k = torch.empty(batch, max_len, d_index, dtype=dtype)
+        self.length = 0
 
     def append(self, k_idx: torch.Tensor) -> torch.Tensor:
-        self._k = torch.cat([self._k, k_idx.detach()], 1)
-        return self._k  # (batch, length, d_index)
-
-    @property
-    def length(self) -> int:
-        return self._k.shape[1]
+        """Store k_idx (batch, seq_new, d_index); return every key so far (batch, length, d_index)."""
+        end = self.length + k_idx.shape[1]
+        if end > self._k.shape[1]:
+            grown = self._k.new_empty(self._k.shape[0], max(end, 2 * self._k.shape[1]), self._k.shape[2])
+            grown[:, : self.length] = self._k[:, : self.length]
+            self._k = grown
+        self._k[:, self.length : end] = k_idx.detach()
+        self.length = end
+        return self._k[:, :end]
 
     @property
     def nbytes(self) -> int:
-        return self._k.numel() * self._k.element_size()
+        """Bytes of storage held (allocated capacity)."""
+        return self._k.untyped_storage().nbytes()
 
 
 class SelectionCache:
@@ -345,7 +352,8 @@ class KeysLayer(nn.Module):
         kv = KVCache(batch, self.n_kv_heads, self.d_head, max_len=max_len, dtype=dtype)
         if self.indexer is None:
             return kv
-        return SelectionCache(kv, IndexKeyCache(batch, self.indexer.d_index, dtype))
+        index = IndexKeyCache(batch, self.indexer.d_index, max_len=max_len, dtype=dtype)
+        return SelectionCache(kv, index)
 
     def _index_scores(self, x, cache):
         """Indexer scores of the new queries over every key so far: (batch, seq_new, seq_k)."""
