@@ -141,6 +141,42 @@ def check_array(fn: str, name: str, x: Any, *, only: str | None = None, hint: st
     return x
 
 
+def check_cache_step(fn: str, entries, *, dtype, seq_axis: int) -> int:
+    """Check the new rows a cache is asked to append; return their number, ``seq_new``.
+
+    ``entries`` is a sequence of ``(name, x, dims)``: ``dims`` names each axis of ``x`` with
+    the size the cache holds, ``None`` for the ``seq_new`` axis (at ``seq_axis``), e.g.
+    ``(("batch", 1), ("n_kv_heads", 2), ("seq_new", None), ("d_k", 4))``. Each ``x`` must
+    be a torch tensor of that shape and of the cache's ``dtype``, all with one ``seq_new``.
+    """
+    seq_new: dict[str, int] = {}
+    for name, x, dims in entries:
+        check_array(fn, name, x, only="torch")
+        fixed = [(i, size) for i, (_, size) in enumerate(dims) if size is not None]
+        if x.ndim != len(dims) or any(x.shape[i] != size for i, size in fixed):
+            names = ", ".join(d for d, _ in dims)
+            sizes = ", ".join(d if size is None else str(size) for d, size in dims)
+            raise ValueError(
+                f"{fn}: {name} has shape {tuple(x.shape)}, expected ({names}) = ({sizes})"
+            )
+        if x.dtype != dtype:
+            raise TypeError(f"{fn}: {name} has dtype {x.dtype}, the cache holds {dtype}")
+        seq_new[name] = x.shape[seq_axis]
+    (first, n), *rest = seq_new.items()
+    for name, m in rest:
+        if m != n:
+            raise ValueError(f"{fn}: {first} has seq_new={n} but {name} has seq_new={m}")
+    return n
+
+
+def check_kv_step(fn: str, cache, k, v) -> int:
+    """:func:`check_cache_step` for a KV cache (``cache.batch``, ``.n_kv_heads``, ``.d_k``,
+    ``.d_v``, ``.dtype``): keys (batch, n_kv_heads, seq_new, d_k), values (..., d_v)."""
+    heads = (("batch", cache.batch), ("n_kv_heads", cache.n_kv_heads), ("seq_new", None))
+    entries = (("k", k, (*heads, ("d_k", cache.d_k))), ("v", v, (*heads, ("d_v", cache.d_v))))
+    return check_cache_step(fn, entries, dtype=cache.dtype, seq_axis=2)
+
+
 def check_ndim(
     fn: str,
     name: str,

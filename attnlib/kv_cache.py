@@ -34,13 +34,20 @@ from torch import nn
 from torch.nn import functional as F
 from torch.nn.attention.bias import causal_lower_right
 
-from attnlib._validate import check_array, check_instance, check_int, check_mask, check_ndim
+from attnlib._validate import (
+    check_array,
+    check_instance,
+    check_int,
+    check_kv_step,
+    check_mask,
+    check_ndim,
+)
 from attnlib.core import attend
 from attnlib.heads import merge_heads, split_heads
 from attnlib.latent import LatentAttention
 from attnlib.masks import causal_mask
 from attnlib.positions import apply_rotary
-from attnlib.windows import RollingKVCache, sliding_window_mask
+from attnlib.windows import sliding_window_mask
 
 __all__ = [
     "KVCache",
@@ -94,7 +101,7 @@ class KVCache:
         max_len: int = 64,
         dtype: torch.dtype = torch.float32,
     ):
-        fn = "KVCache"
+        fn = type(self).__name__
         self.batch = check_int(fn, "batch", batch, minimum=1)
         self.n_kv_heads = check_int(fn, "n_kv_heads", n_kv_heads, minimum=1)
         self.d_k = check_int(fn, "d_k", d_k, minimum=1)
@@ -110,19 +117,6 @@ class KVCache:
         """Positions the storage can hold before it grows."""
         return self._k.shape[2]
 
-    def _check(self, name: str, x: torch.Tensor, d: int) -> None:
-        want = (self.batch, self.n_kv_heads, "seq_new", d)
-        check_array("KVCache.append", name, x, only="torch")
-        if x.ndim != 4 or (x.shape[0], x.shape[1], x.shape[3]) != (want[0], want[1], want[3]):
-            raise ValueError(
-                f"KVCache.append: {name} has shape {tuple(x.shape)}, expected "
-                f"(batch, n_kv_heads, seq_new, {'d_k' if name == 'k' else 'd_v'}) = {want}"
-            )
-        if x.dtype != self.dtype:
-            raise TypeError(
-                f"KVCache.append: {name} has dtype {x.dtype}, the cache holds {self.dtype}"
-            )
-
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store the keys and values of new positions; return everything cached.
 
@@ -137,13 +131,7 @@ class KVCache:
         v_all : Tensor of shape (batch, n_kv_heads, length, d_v)
             Views of the storage (no copy), oldest position first.
         """
-        self._check("k", k, self.d_k)
-        self._check("v", v, self.d_v)
-        if k.shape[2] != v.shape[2]:
-            raise ValueError(
-                f"KVCache.append: k has seq_new={k.shape[2]} but v has seq_new={v.shape[2]}"
-            )
-        end = self.length + k.shape[2]
+        end = self.length + check_kv_step("KVCache.append", self, k, v)
         if end > self.capacity:
             self._grow(end)
         self._k[:, :, self.length : end] = k.detach()
@@ -184,6 +172,110 @@ class KVCache:
         return (
             f"KVCache(batch={self.batch}, n_kv_heads={self.n_kv_heads}, d_k={self.d_k}, "
             f"d_v={self.d_v}, length={self.length}, capacity={self.capacity})"
+        )
+
+
+class RollingKVCache(KVCache):
+    """Keys and values of the last ``window`` positions of one layer, in a ring buffer.
+
+    Storage for exactly ``window`` positions is allocated up front; position ``p`` is
+    written to slot ``p % window``, overwriting position ``p - window``, which no query
+    from now on may see. Memory stays the same however long the sequence grows.
+
+    Parameters
+    ----------
+    batch, n_kv_heads, d_k : int
+        Shape of the keys: (batch, n_kv_heads, seq, d_k).
+    d_v : int, optional
+        Width of the values; default ``d_k``.
+    window : int
+        Positions a query sees (itself included) and positions kept.
+    dtype : torch.dtype, default torch.float32
+
+    Examples
+    --------
+    >>> cache = RollingKVCache(1, 1, 2, window=3)
+    >>> for _ in range(5):
+    ...     k, v = cache.append(torch.zeros(1, 1, 1, 2), torch.zeros(1, 1, 1, 2))
+    >>> cache.length, cache.positions.tolist(), k.shape[2]
+    (5, [2, 3, 4], 3)
+    """
+
+    def __init__(
+        self,
+        batch: int,
+        n_kv_heads: int,
+        d_k: int,
+        d_v: int | None = None,
+        *,
+        window: int,
+        dtype: torch.dtype = torch.float32,
+    ):
+        self.window = check_int("RollingKVCache", "window", window, minimum=1)
+        super().__init__(batch, n_kv_heads, d_k, d_v, max_len=self.window, dtype=dtype)
+        # self.length: positions seen so far = position of the next token
+
+    @property
+    def held(self) -> int:
+        """Positions stored now: ``min(length, window)``."""
+        return min(self.length, self.window)
+
+    @property
+    def positions(self) -> torch.Tensor:
+        """Absolute positions held, oldest first, shape (held,)."""
+        return torch.arange(self.length - self.held, self.length)
+
+    def read(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The positions held, oldest first: keys (batch, n_kv_heads, held, d_k), values."""
+        slots = self.positions % self.window  # (held,): where each position sits
+        return self._k[:, :, slots], self._v[:, :, slots]
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store new positions; return the keys and values the new queries can see.
+
+        The new queries sit at positions ``start .. start + seq_new - 1`` (``start`` =
+        ``length`` before the call). Together they see positions
+        ``max(0, start - window + 1) .. start + seq_new - 1``: the last ``window - 1``
+        held before the call, then the new ones. Attend to them with
+        ``sliding_window_mask(seq_new, n_visible, window=window, align="bottom_right")``
+        (for one new token every returned key is visible). Afterwards only the last
+        ``window`` positions stay stored.
+
+        Parameters
+        ----------
+        k : Tensor of shape (batch, n_kv_heads, seq_new, d_k)
+        v : Tensor of shape (batch, n_kv_heads, seq_new, d_v)
+
+        Returns
+        -------
+        k_visible : Tensor of shape (batch, n_kv_heads, n_visible, d_k)
+        v_visible : Tensor of shape (batch, n_kv_heads, n_visible, d_v)
+            Oldest position first; ``n_visible = min(start, window - 1) + seq_new``.
+        """
+        seq_new = check_kv_step("RollingKVCache.append", self, k, v)
+        k_old, v_old = self.read()  # (batch, n_kv_heads, held, d_k / d_v)
+        keep = min(self.held, self.window - 1)  # the oldest held position no new query sees
+        k_vis = torch.cat([k_old[:, :, self.held - keep :], k.detach()], 2)  # (..., n_visible, d_k)
+        v_vis = torch.cat([v_old[:, :, self.held - keep :], v.detach()], 2)  # (..., n_visible, d_v)
+        last = min(seq_new, self.window)  # only the newest `window` of them can be kept
+        new_pos = torch.arange(self.length + seq_new - last, self.length + seq_new)  # (last,)
+        self._k[:, :, new_pos % self.window] = k.detach()[:, :, seq_new - last :]
+        self._v[:, :, new_pos % self.window] = v.detach()[:, :, seq_new - last :]
+        self.length += seq_new
+        return k_vis, v_vis
+
+    def truncate(self, length: int) -> None:
+        """Not possible: positions that left the window are gone, so a rolling cache cannot
+        rewind. Raises ``ValueError``."""
+        raise ValueError(
+            "RollingKVCache.truncate: a rolling cache cannot rewind (positions older than "
+            f"the window of {self.window} are overwritten); start a new cache instead"
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"RollingKVCache(batch={self.batch}, n_kv_heads={self.n_kv_heads}, d_k={self.d_k}, "
+            f"d_v={self.d_v}, window={self.window}, length={self.length})"
         )
 
 

@@ -37,6 +37,7 @@ from attnlib import _backend as B
 from attnlib._validate import (
     as_float_array,
     check_array,
+    check_cache_step,
     check_int,
     check_ndim,
     check_number,
@@ -174,20 +175,12 @@ class LatentCache:
         k_rope_all : Tensor of shape (batch, length, d_rope)
         """
         fn = "LatentCache.append"
-        for name, x, d in (("c", c, self.d_latent), ("k_rope", k_rope, self.d_rope)):
-            check_array(fn, name, x, only="torch")
-            if x.ndim != 3 or x.shape[0] != self.batch or x.shape[2] != d:
-                raise ValueError(
-                    f"{fn}: {name} has shape {tuple(x.shape)}, expected (batch, seq_new, "
-                    f"{'d_latent' if name == 'c' else 'd_rope'}) = ({self.batch}, seq_new, {d})"
-                )
-            if x.dtype != self.dtype:
-                raise TypeError(f"{fn}: {name} has dtype {x.dtype}, the cache holds {self.dtype}")
-        if c.shape[1] != k_rope.shape[1]:
-            raise ValueError(
-                f"{fn}: c has seq_new={c.shape[1]} but k_rope has seq_new={k_rope.shape[1]}"
-            )
-        end = self.length + c.shape[1]
+        rows = (("batch", self.batch), ("seq_new", None))
+        entries = (
+            ("c", c, (*rows, ("d_latent", self.d_latent))),
+            ("k_rope", k_rope, (*rows, ("d_rope", self.d_rope))),
+        )
+        end = self.length + check_cache_step(fn, entries, dtype=self.dtype, seq_axis=1)
         if end > self.capacity:  # grow: double, or more if needed
             new_cap = max(end, 2 * self.capacity)
             c_new = torch.empty(self.batch, new_cap, self.d_latent, dtype=self.dtype)

@@ -105,7 +105,10 @@ def _oracle_topk(layer, h):
     for b in range(batch):
         for t in range(seq):
             score = [
-                sum(float(w[b, t, j]) * max(0.0, float(iq[b, t, j] @ ik[b, s])) for j in range(ix.n_index_heads))
+                sum(
+                    float(w[b, t, j]) * max(0.0, float(iq[b, t, j] @ ik[b, s]))
+                    for j in range(ix.n_index_heads)
+                )
                 for s in range(t + 1)
             ]
             ranked = sorted(range(t + 1), key=lambda s: (-score[s], s))  # ties: lower index
@@ -221,11 +224,14 @@ def test_indexer_path_equals_the_librarys_indexer_and_trains_by_kl():
     target = index.masked_fill(~allowed, -math.inf).softmax(-1)
     assert abs(float(rc._index_kl(index, target))) < 1e-12
     uniform = allowed.double() / allowed.sum(-1, keepdim=True)  # (7, 7): allowed keys alike
-    want = sum(
-        float((uniform[t, : t + 1] * (uniform[t, : t + 1] / target[b, t, : t + 1]).log()).sum())
-        for b in range(2)
-        for t in range(7)
-    ) / 14
+    want = (
+        sum(
+            float((uniform[t, : t + 1] * (uniform[t, : t + 1] / target[b, t, : t + 1]).log()).sum())
+            for b in range(2)
+            for t in range(7)
+        )
+        / 14
+    )
     assert float(rc._index_kl(index, uniform.expand(2, 7, 7))) == pytest.approx(want, rel=1e-12)
 
 
@@ -234,7 +240,7 @@ def test_cache_bytes_per_token_follow_from_the_shapes():
     b = rc.cache_bytes_per_token
     assert b("mha") == 2 * 4 * 16 * 4 == 512
     assert b("gqa") == 2 * 2 * 16 * 4
-    assert b("latent_large") == 2 * 16 * 4 and b("latent_small") == 2 * 2 * 4
+    assert b("latent_large") == 2 * 16 * 4 and b("latent_small") == 2 * 3 * 4
     assert b("window") == pytest.approx(2 * 64 * 4 * rc.WINDOW / rc.SEQ)
     assert b("hybrid") == pytest.approx((64 * rc.WINDOW + 64 * rc.SEQ) * 4 / rc.SEQ)
     assert b("topk") == 2 * (64 + 8) * 4  # every key kept, plus the indexer's keys
@@ -287,7 +293,9 @@ def test_shipped_results_show_what_the_lesson_states(shipped_results):
 
 
 def test_regenerating_one_variant_gives_the_shipped_bytes_and_log():
-    name = "shared"
+    name = (
+        "latent_small"  # the cheapest to train (~13 s of CPU), and not at 100 %: every bit counts
+    )
     model, history = rc.train_variant(name)
     shipped = torch.load(rc.WEIGHTS_PATH, weights_only=True)[name]
     state = model.state_dict()

@@ -24,7 +24,15 @@ from attnlib.blockwise import blockwise_attend
 from attnlib.explorers import head_state, mask_state, query_state
 from attnlib.explorers.scale import explorer_state
 from attnlib.heads import split_heads
-from attnlib.kv_cache import KVCache, TinyDecoder, generate, grouped_attend, kv_cache_bytes
+from attnlib.kv_cache import (
+    KVCache,
+    RollingKVCache,
+    TinyDecoder,
+    generate,
+    grouped_attend,
+    kv_cache_bytes,
+)
+from attnlib.latent import LatentAttention, LatentCache
 from attnlib.mask_conventions import from_torch_attn_mask, to_torch_attn_mask
 from attnlib.mha import FusedQKVAttention, MultiHeadAttention
 from attnlib.positions import (
@@ -34,10 +42,12 @@ from attnlib.positions import (
     sinusoidal_positions,
 )
 from attnlib.projections import QKVProjection
+from attnlib.selection import Indexer, topk_mask
 from attnlib.tasks import corpus, lookup, scaling, syntax, two_heads
 from attnlib.timing import median_times
 from attnlib.torch_mha import unpack_mha
 from attnlib.training import torch_threads, train
+from attnlib.windows import sliding_window_mask
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -65,6 +75,13 @@ _WEIGHTS = np.full((2, 3, 3), 1 / 3)  # (n_heads, seq_q, seq_k), rows sum to 1
 _X, _W = torch.zeros(1, 3, 4), torch.zeros(4, 2)
 
 SIZED = [
+    ("sliding_window_mask", "window", lambda n: sliding_window_mask(3, window=n)),
+    ("RollingKVCache", "window", lambda n: RollingKVCache(1, 1, 4, window=n)),
+    ("LatentAttention", "d_latent", lambda n: LatentAttention(8, 2, n)),
+    ("LatentCache", "d_latent", lambda n: LatentCache(1, n)),
+    ("Indexer", "d_index", lambda n: Indexer(8, 2, n)),
+    ("topk_mask", "k", lambda n: topk_mask(torch.zeros(2, 3), n)),
+    ("TinyDecoder", "window", lambda n: TinyDecoder(window=n)),
     ("causal_mask", "seq_q", lambda n: attnlib.causal_mask(n)),
     ("causal_mask", "seq_k", lambda n: attnlib.causal_mask(3, n)),
     ("padding_mask", "seq_k", lambda n: attnlib.padding_mask([1], n)),

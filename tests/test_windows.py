@@ -12,8 +12,8 @@ import torch
 from torch.nn import functional as F
 
 import attnlib
-from attnlib.kv_cache import grouped_attend
-from attnlib.windows import RollingKVCache, sliding_window_mask
+from attnlib.kv_cache import RollingKVCache, grouped_attend
+from attnlib.windows import sliding_window_mask
 
 
 def _rand(*shape, seed=0, dtype=torch.float64):

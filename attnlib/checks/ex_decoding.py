@@ -447,7 +447,7 @@ def _online_masked_cases(seed: int = 1112) -> list[Case]:
             (m_prev, l_prev, acc_prev, first_sight, n((bk, d_v))),
         ),
         Case(
-            "batch 2: fully masked rows in both (one sentence not started at all)",
+            "batch 2: rows that have seen no key yet in both (one sentence not started at all)",
             (batch_m, batch_l, batch_acc, batch_s, n((2, bk, d_v))),
         ),
     ]

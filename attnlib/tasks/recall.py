@@ -20,7 +20,7 @@ and are trained with the same budget (same steps, batches, learning rate and see
 ``mha``                   full multi-head attention: every layer caches 4 key and 4 value heads
 ``gqa``                   grouped-query attention, 2 key/value heads shared by the 4 query heads
 ``latent_large``          latent attention (:class:`attnlib.latent.LatentAttention`), 16 numbers
-``latent_small``          latent attention, 2 numbers per token and layer
+``latent_small``          latent attention, 3 numbers per token and layer
 ``window``                sliding window of :data:`WINDOW` keys in both layers
 ``hybrid``                the window in layer 0, full (global) attention in layer 1
 ``topk``                  each query attends to the 4 keys an indexer ranks highest
@@ -28,7 +28,7 @@ and are trained with the same budget (same steps, batches, learning rate and see
 ========================  =================================================================
 
 The window, the latent layer and the top-k selection are the library's
-(:func:`attnlib.windows.sliding_window_mask`, :class:`attnlib.windows.RollingKVCache`,
+(:func:`attnlib.windows.sliding_window_mask`, :class:`attnlib.kv_cache.RollingKVCache`,
 :class:`attnlib.latent.LatentAttention`, :class:`attnlib.selection.Indexer`,
 :func:`attnlib.selection.topk_mask`); grouped heads are :func:`attnlib.kv_cache.grouped_attend`.
 Every variant also decodes with its own cache (``model(tokens, caches)``,
@@ -61,12 +61,12 @@ from torch.nn import functional as F
 
 from attnlib._validate import check_choice, check_instance, check_int, type_name
 from attnlib.heads import merge_heads, split_heads
-from attnlib.kv_cache import KVCache, grouped_attend, kv_cache_bytes
-from attnlib.latent import LatentAttention, LatentCache
+from attnlib.kv_cache import KVCache, RollingKVCache, grouped_attend, kv_cache_bytes
+from attnlib.latent import LatentAttention
 from attnlib.selection import Indexer, indexer_scores, topk_mask
 from attnlib.tasks.shipped import data_file
 from attnlib.training import torch_threads, train
-from attnlib.windows import RollingKVCache, sliding_window_mask
+from attnlib.windows import sliding_window_mask
 
 __all__ = [
     "N_TOKENS",
@@ -244,7 +244,7 @@ VARIANTS = {
         Variant("mha", "full MHA"),
         Variant("gqa", "GQA, 2 KV heads", n_kv_heads=2),
         Variant("latent_large", "latent, 16 numbers", d_latent=16),
-        Variant("latent_small", "latent, 2 numbers", d_latent=2),
+        Variant("latent_small", "latent, 3 numbers", d_latent=3),
         Variant("window", f"window {WINDOW}", window=WINDOW),
         Variant("hybrid", f"window {WINDOW} + 1 global", window=WINDOW, global_layers=(1,)),
         Variant("topk", "top-4 selection", top_k=4),
@@ -277,10 +277,13 @@ class IndexKeyCache:
         self.length = 0
 
     def append(self, k_idx: torch.Tensor) -> torch.Tensor:
-        """Store k_idx (batch, seq_new, d_index); return every key so far (batch, length, d_index)."""
+        """Store k_idx (batch, seq_new, d_index); return every key so far, shape
+        (batch, length, d_index)."""
         end = self.length + k_idx.shape[1]
         if end > self._k.shape[1]:
-            grown = self._k.new_empty(self._k.shape[0], max(end, 2 * self._k.shape[1]), self._k.shape[2])
+            grown = self._k.new_empty(
+                self._k.shape[0], max(end, 2 * self._k.shape[1]), self._k.shape[2]
+            )
             grown[:, : self.length] = self._k[:, : self.length]
             self._k = grown
         self._k[:, self.length : end] = k_idx.detach()
@@ -348,7 +351,9 @@ class KeysLayer(nn.Module):
         if not self.own_kv:
             return None
         if self.window is not None:
-            return RollingKVCache(batch, self.n_kv_heads, self.d_head, window=self.window, dtype=dtype)
+            return RollingKVCache(
+                batch, self.n_kv_heads, self.d_head, window=self.window, dtype=dtype
+            )
         kv = KVCache(batch, self.n_kv_heads, self.d_head, max_len=max_len, dtype=dtype)
         if self.indexer is None:
             return kv
@@ -455,7 +460,9 @@ class RecallModel(nn.Module):
             )
         )
         share = tuple(range(n_layers)) if v.kv_share is None else tuple(v.kv_share)
-        if len(share) != n_layers or any(not 0 <= s <= i or share[s] != s for i, s in enumerate(share)):
+        if len(share) != n_layers or any(
+            not 0 <= s <= i or share[s] != s for i, s in enumerate(share)
+        ):
             raise ValueError(f"{fn}: kv_share={v.kv_share} does not fit {n_layers} layers")
         if v.d_latent is not None and (v.window or v.top_k or v.kv_share or v.n_kv_heads):
             raise ValueError(f"{fn}: latent attention is not combined with other variants here")
@@ -486,13 +493,15 @@ class RecallModel(nn.Module):
         self.layers = nn.ModuleList(layers)
         for i, s in enumerate(share):
             if v.local(i) != v.local(s):
-                raise ValueError(f"{fn}: layer {i} shares K/V with layer {s} of another window kind")
+                raise ValueError(
+                    f"{fn}: layer {i} shares K/V with layer {s} of another window kind"
+                )
         self.norm = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, vocab, bias=False)
 
     def new_caches(self, batch: int, max_len: int) -> list:
         """One empty cache per layer: :class:`attnlib.kv_cache.KVCache`,
-        :class:`attnlib.windows.RollingKVCache` (windowed layers),
+        :class:`attnlib.kv_cache.RollingKVCache` (windowed layers),
         :class:`attnlib.latent.LatentCache`, a :class:`SelectionCache` (top-k), or None
         (a layer that borrows another layer's keys and values)."""
         dtype = self.tok.weight.dtype
@@ -508,9 +517,10 @@ class RecallModel(nn.Module):
         """Logits (batch, seq_new, vocab) and the indexers' loss (a 0-d Tensor, 0 for
         variants without an indexer or with caches)."""
         if not isinstance(tokens, torch.Tensor) or tokens.ndim != 2 or tokens.dtype != torch.long:
+            got = getattr(tokens, "dtype", type_name(tokens))
+            shape = tuple(getattr(tokens, "shape", ()))
             raise ValueError(
-                f"RecallModel: tokens must be a LongTensor (batch, seq), got "
-                f"{getattr(tokens, 'dtype', type_name(tokens))} {tuple(getattr(tokens, 'shape', ()))}"
+                f"RecallModel: tokens must be a LongTensor (batch, seq), got {got} {shape}"
             )
         if caches is not None and len(caches) != self.n_layers:
             raise ValueError(f"RecallModel: {len(caches)} caches for {self.n_layers} layers")
@@ -799,7 +809,9 @@ def results(path: str | Path = RESULTS_PATH) -> RecallResults:
 def _main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--train", action="store_true", help="train every variant and save them")
-    parser.add_argument("--out-dir", default=None, help="folder for the three files (default data/)")
+    parser.add_argument(
+        "--out-dir", default=None, help="folder for the three files (default data/)"
+    )
     parser.add_argument("--progress", action="store_true", help="show progress bars")
     args = parser.parse_args(argv)
     if not args.train:
