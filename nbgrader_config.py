@@ -42,6 +42,9 @@ c.Execute.timeout = 60
 # submission with no score recorded.
 c.Execute.raise_on_iopub_timeout = False
 c.Execute.interrupt_on_timeout = True
+# When a notebook is done (graded or validated) its kernel is killed at once, its state
+# thrown away: a graceful shutdown waits ~2.5 s per notebook for the process to exit.
+c.Execute.shutdown_kernel = "immediate"
 
 # A deleted (or metadata-stripped) test cell is put back and graded, not silently scored 0.
 c.OverwriteCells.add_missing_cells = True
@@ -53,9 +56,6 @@ c.OverwriteCells.add_missing_cells = True
 c.ResilientExecute.sandbox = "bwrap"
 c.ResilientExecute.memory_limit = 6 * 2**30  # bytes of address space per kernel
 c.ResilientExecute.cpu_limit = 900  # CPU seconds per kernel (all its cells)
-# When a submission is done its kernel is killed at once (its state is thrown away): a
-# graceful shutdown waits ~2.5 s per submission for the sandboxed process to exit.
-c.ResilientExecute.shutdown_kernel = "immediate"
 
 # Autograde: nbgrader's list, with Execute replaced by one that sandboxes the kernel, judges
 # hidden tests outside it and survives stuck or dead kernels, and stderr in graded test

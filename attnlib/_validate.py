@@ -177,6 +177,34 @@ def check_kv_step(fn: str, cache, k, v) -> int:
     return check_cache_step(fn, entries, dtype=cache.dtype, seq_axis=2)
 
 
+def check_decoder_input(fn: str, tokens, caches, n_layers: int, max_len: int) -> int:
+    """Token ids (batch, seq_new) for a small decoder with ``n_layers`` layers and learned
+    positions up to ``max_len``, and its per-layer caches (or ``None``). Returns ``start``,
+    the position of the first new token (the length of layer 0's cache, 0 without caches)."""
+    if not isinstance(tokens, torch.Tensor) or tokens.dtype != torch.long:
+        got = getattr(tokens, "dtype", type_name(tokens))
+        raise TypeError(f"{fn}: tokens must be a LongTensor (batch, seq), got {got}")
+    if tokens.ndim != 2:
+        raise ValueError(f"{fn}: tokens must have shape (batch, seq), got {tuple(tokens.shape)}")
+    if caches is not None and len(caches) != n_layers:
+        raise ValueError(f"{fn}: {len(caches)} caches for {n_layers} layers")
+    start = 0 if caches is None else caches[0].length
+    if start + tokens.shape[1] > max_len:
+        raise ValueError(f"{fn}: position {start + tokens.shape[1] - 1} exceeds max_len={max_len}")
+    return start
+
+
+def check_head_counts(fn: str, d_model: int, n_heads: int, n_kv_heads: int) -> int:
+    """``d_head = d_model // n_heads`` after checking that the heads split ``d_model``
+    evenly and that the query heads share the ``n_kv_heads`` key/value heads evenly."""
+    if d_model % n_heads or n_heads % n_kv_heads:
+        raise ValueError(
+            f"{fn}: need n_heads | d_model and n_kv_heads | n_heads, got "
+            f"d_model={d_model}, n_heads={n_heads}, n_kv_heads={n_kv_heads}"
+        )
+    return d_model // n_heads
+
+
 def check_ndim(
     fn: str,
     name: str,

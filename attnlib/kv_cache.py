@@ -36,6 +36,8 @@ from torch.nn.attention.bias import causal_lower_right
 
 from attnlib._validate import (
     check_array,
+    check_decoder_input,
+    check_head_counts,
     check_instance,
     check_int,
     check_kv_step,
@@ -594,13 +596,8 @@ class CausalSelfAttention(nn.Module):
         n_heads = check_int(fn, "n_heads", n_heads, minimum=1)
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
         n_kv_heads = check_int(fn, "n_kv_heads", n_kv_heads, minimum=1)
-        if d_model % n_heads or n_heads % n_kv_heads:
-            raise ValueError(
-                f"CausalSelfAttention: need n_heads | d_model and n_kv_heads | n_heads, got "
-                f"d_model={d_model}, n_heads={n_heads}, n_kv_heads={n_kv_heads}"
-            )
+        self.d_head = check_head_counts("CausalSelfAttention", d_model, n_heads, n_kv_heads)
         self.n_heads, self.n_kv_heads = n_heads, n_kv_heads
-        self.d_head = d_model // n_heads
         self.window = None if window is None else check_int(fn, "window", window, minimum=1)
         self.W_q = nn.Linear(d_model, n_heads * self.d_head, bias=False)
         self.W_k = nn.Linear(d_model, n_kv_heads * self.d_head, bias=False) if own_kv else None
@@ -826,18 +823,8 @@ class TinyDecoder(nn.Module):
         -------
         logits : Tensor of shape (batch, seq_new, vocab_size)
         """
-        if tokens.ndim != 2:
-            raise ValueError(
-                f"TinyDecoder: tokens must have shape (batch, seq), got {tuple(tokens.shape)}"
-            )
-        if caches is not None and len(caches) != self.n_layers:
-            raise ValueError(f"TinyDecoder: {len(caches)} caches for {self.n_layers} layers")
-        start = 0 if caches is None else caches[0].length  # position of the first new token
-        seq_new = tokens.shape[1]
-        if start + seq_new > self.max_len:
-            raise ValueError(
-                f"TinyDecoder: position {start + seq_new - 1} exceeds max_len={self.max_len}"
-            )
+        start = check_decoder_input("TinyDecoder", tokens, caches, self.n_layers, self.max_len)
+        seq_new = tokens.shape[1]  # the first new token sits at position `start`
         pos = torch.arange(start, start + seq_new)  # (seq_new,)
         x = self.tok(tokens) + self.pos(pos)  # (batch, seq_new, d_model)
         kv_of = {}  # layer -> the keys and values it attended with

@@ -307,6 +307,18 @@ HOSTILE = [
 ]
 
 # Honest work the grader must leave alone: full marks (or the points given), no flag.
+HOSTILE.append(
+    Submission(
+        "h21_result_as_score",
+        "makes the check cells show a number, which nbgrader would read as partial credit",
+        softmax=(
+            "import attnlib.checks as _c\n\n_c.check = lambda *a, **k: 1.0\n\n\n" + WRONG_SOFTMAX
+        ),
+        attend=WRONG_ATTEND,
+        notes=["assigns to _c.check"],
+    )
+)
+
 HONEST = [
     Submission("ok_reference", "the instructor's solution", points=3),
     Submission(

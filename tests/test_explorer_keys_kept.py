@@ -142,10 +142,18 @@ def test_tradeoff_scatter_puts_one_labelled_point_per_variant():
     _readable(ax.figure)
     got = [tuple(c.get_offsets()[0]) for c in ax.collections]
     assert got == [(2048.0, 0.98), (512.0, 0.55), (96.0, 0.7)]
-    assert [t.get_text() for t in ax.texts][:3] == list(points)
+    assert [t.get_text() for t in ax.texts if t.get_text() != "chance"] == list(points)
     markers = {c.get_paths()[0].vertices.round(3).tobytes() for c in ax.collections}
     assert len(markers) == 3  # a marker shape per variant, not colour alone
     assert ax.get_xscale() == "log"
+    # variants at one place share a label; no two labels overlap
+    same = plot.tradeoff_scatter(
+        {"a": (256, 1.0), "b": (256, 1.0), "c": (300, 1.0), "d": (64, 0.5)}
+    )
+    _readable(same.figure)
+    assert [t.get_text() for t in same.texts] == ["a = b", "c", "d"]
+    boxes = [t.get_window_extent() for t in same.texts]
+    assert not any(boxes[i].overlaps(boxes[j]) for i in range(3) for j in range(i + 1, 3))
     with pytest.raises(ValueError, match="must not be empty"):
         plot.tradeoff_scatter({})
 
@@ -153,7 +161,7 @@ def test_tradeoff_scatter_puts_one_labelled_point_per_variant():
 def test_accuracy_vs_distance_draws_the_window_edge():
     d = np.arange(1, 13)
     curves = {"full": np.ones(12), "window": (d < 6).astype(float), "hybrid": np.full(12, 0.9)}
-    ax = plot.accuracy_vs_distance(d, curves, window=6, chance=0.05)
+    ax = plot.accuracy_vs_distance(d, curves, window=6, reach=10, chance=0.05)
     _readable(ax.figure)
     lines = ax.get_lines()
     for line, (label, y) in zip(lines, curves.items(), strict=False):
@@ -162,6 +170,8 @@ def test_accuracy_vs_distance_draws_the_window_edge():
     assert len({(ln.get_marker(), str(ln.get_linestyle())) for ln in lines[:3]}) == 3
     edges = [ln for ln in lines if list(np.asarray(ln.get_xdata(), dtype=float)) == [5.5, 5.5]]
     assert len(edges) == 1  # between d = W - 1 (seen) and d = W (dropped)
+    reach = [ln for ln in lines if list(np.asarray(ln.get_xdata(), dtype=float)) == [10.5, 10.5]]
+    assert len(reach) == 1 and reach[0].get_linestyle() == ":"
     with pytest.raises(ValueError, match="curve 'x' has shape"):
         plot.accuracy_vs_distance(d, {"x": np.ones(3)})
 

@@ -388,7 +388,7 @@ def test_an_exercise_in_two_parts_earns_a_point_per_part_judged_by_the_grader(gr
     from nbgrader.api import Gradebook
 
     with Gradebook(f"sqlite:///{graded.course / 'gradebook.db'}") as gb:
-        nb = gb.find_submission_notebook(C, "half", C)
+        nb = gb.find_submission_notebook(C, C, "half")
         points = {g.name: (g.auto_score, g.max_score) for g in nb.grades}
     assert points == {
         "l03-decode_step-check": (1.0, 1.0),
@@ -417,6 +417,17 @@ def test_an_honest_submission_keeps_its_points_unflagged(graded, sub):
         "graded",
         "no",
     ), row["notes"]
+
+
+def test_a_number_shown_by_a_check_cell_is_not_read_as_a_score(graded):
+    # nbgrader reads a test cell's result as partial credit (and stops there, before the
+    # grader's error): the result is shown as plain output, so the score kept for the
+    # reviewer is the grader's, 0
+    report = json.loads((graded.course / gradebook.REPORT_NAME).read_text())
+    assert report[A]["h21_result_as_score"]["auto_score"] == 0.0
+    cells = _grade_ids(graded.autograded("h21_result_as_score", A))
+    outs = cells["l01-softmax-check"].outputs
+    assert [o.output_type for o in outs] == ["display_data", "error"]
 
 
 def test_nothing_printed_during_hidden_cases_reaches_the_feedback(graded):
@@ -596,6 +607,22 @@ def test_stderr_in_a_test_cell_is_not_a_failure_but_errors_are():
     assert determine_grade(ok_cell)[0] == 1
     assert ok_cell.outputs[0].text == "[stderr] UserWarning: careful\n"
     assert determine_grade(bad_cell)[0] == 0
+
+
+def test_a_test_cells_result_is_shown_not_scored():
+    from nbgrader.utils import determine_grade
+
+    result = nbformat.v4.new_output("execute_result", data={"text/plain": "1.0"})
+    err = nbformat.v4.new_output("error", ename="AssertionError", evalue="✘ x", traceback=[])
+    cell = _test_cell("checks.check('x', f)", [result, err])
+    assert determine_grade(cell)[0] == 1  # plain nbgrader: the result wins over the error
+    gradebook.results_are_not_scores(cell)
+    assert [o.output_type for o in cell.outputs] == ["display_data", "error"]
+    assert cell.outputs[0].data == {"text/plain": "1.0"}
+    assert determine_grade(cell)[0] == 0
+    shown = _test_cell("checks.check('x', f)", [copy_output(result)])
+    gradebook.results_are_not_scores(shown)
+    assert determine_grade(shown)[0] == 1  # no error: full points, whatever it shows
 
 
 def copy_output(out):

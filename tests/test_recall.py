@@ -77,8 +77,12 @@ def test_bad_input_is_refused():
         rc.RecallModel("sparse")
     with pytest.raises(TypeError, match="variant"):
         rc.RecallModel(3)
-    with pytest.raises(ValueError, match="tokens"):
+    with pytest.raises(TypeError, match="tokens"):
         rc.RecallModel()(torch.zeros(2, 3))
+    with pytest.raises(ValueError, match="tokens"):
+        rc.RecallModel()(torch.zeros(2, 3, 1, dtype=torch.long))
+    with pytest.raises(FileNotFoundError, match="load_model.*--train"):
+        rc.load_model("mha", "/nonexistent/recall_models.pt")
     with pytest.raises(ValueError, match="max_len"):
         rc.RecallModel()(torch.zeros(1, rc.SEQ + 1, dtype=torch.long))
     with pytest.raises(ValueError, match="no model"):
@@ -188,7 +192,7 @@ def test_decoding_with_each_variants_cache_equals_the_full_forward(name):
     assert held == model.cache_bytes(rc.SEQ, batch=2) == want
 
 
-def test_generate_runs_with_every_variant():
+def test_generate_gives_the_same_tokens_with_and_without_the_window_latent_and_topk_caches():
     for name in ("window", "latent_small", "topk"):
         torch.manual_seed(0)
         model = rc.RecallModel(name).eval()

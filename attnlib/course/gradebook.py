@@ -27,6 +27,9 @@ What this adds to plain nbgrader (each point has a test in ``tests/test_grading.
   ``KeyboardInterrupt``) or dies (``os._exit``, a crash), it is restarted, the cells that
   ran before are run again, and grading goes on. It also calls
   :func:`attnlib.checks.grading.snapshot` at kernel start.
+* :func:`results_are_not_scores` — nbgrader reads a test cell's displayed result as its
+  score (partial credit) before any error the grader added; in graded test cells a result
+  is shown as plain output instead, so only errors — the grader's verdicts — count.
 * :class:`StderrIsNotFailure` — nbgrader scores a test cell that wrote to stderr as
   failed; a library warning from a correct solution must not cost points, so stderr in
   graded test cells is shown as ordinary output (errors still fail the cell).
@@ -318,7 +321,10 @@ class ResilientExecute(Execute):
             self._run_quietly(_SNAPSHOT_CODE, index, self.startup_timeout)
         parts = split_hidden(cell.source) if _is_test_cell(cell) else None
         if parts is None:
-            return self._execute(cell, resources, index)
+            cell, resources = self._execute(cell, resources, index)
+            if _is_test_cell(cell):
+                results_are_not_scores(cell)
+            return cell, resources
         visible, hidden = parts
         full = cell.source
         cell.source = visible
@@ -328,7 +334,24 @@ class ResilientExecute(Execute):
             cell.source = full
         if not any(o.get("output_type") == "error" for o in cell.outputs):
             self._hidden_tests(cell, hidden, index)
+        results_are_not_scores(cell)
         return cell, self.resources
+
+
+def results_are_not_scores(cell) -> None:
+    """Show a graded test cell's result as plain output, never as its score.
+
+    nbgrader reads a test cell's ``execute_result`` as partial credit and stops reading
+    there — before the error the grader appends when the hidden tests fail. The value a
+    cell shows is the kernel's to choose, so it becomes ``display_data``: a test cell's
+    score is "no error: its points; an error: 0", and the errors are the grader's. (An
+    exercise with parts gives partial credit with one graded cell per part instead.)
+    """
+    for i, out in enumerate(cell.get("outputs", [])):
+        if out.get("output_type") == "execute_result":
+            cell.outputs[i] = nbformat.v4.new_output(
+                "display_data", data=out.get("data", {}), metadata=out.get("metadata", {})
+            )
 
 
 def _is_test_cell(cell) -> bool:
@@ -414,7 +437,7 @@ def load_config(course: Path, timeout: int | None = None):
     cfg.CourseDirectory.root = str(Path(course).resolve())
     if timeout is not None:
         cfg.Execute.timeout = int(timeout)
-        cfg.ResilientExecute.probe_timeout = min(10, int(timeout))
+        cfg.ResilientExecute.probe_timeout = max(2, min(10, int(timeout) // 2))
     return cfg
 
 

@@ -50,14 +50,16 @@ def tradeoff_scatter(
     Parameters
     ----------
     points : mapping of label -> (bytes per token, accuracy)
-        Each point gets its own colour and marker and its label written beside it.
+        Each point gets its own colour and marker and its label written beside it; labels
+        that would overlap are moved up or down and joined to their point by a thin line,
+        and variants at exactly the same place share one label ("a = b").
     chance : float, optional — a dotted horizontal line (the accuracy of a guess).
     logx : bool — a base-2 logarithmic x axis (cache sizes differ by factors).
 
     Returns
     -------
     Axes — one scatter collection per point, in the order of ``points``; ``ax.texts``
-    holds the direct labels, in the same order.
+    holds the direct labels (one per distinct place, in the order of ``points``).
     """
     if not points:
         raise ValueError("tradeoff_scatter: points must not be empty")
@@ -65,8 +67,9 @@ def tradeoff_scatter(
     ys = np.array([float(y) for _, y in points.values()])
     if (xs <= 0).any() and logx:
         raise ValueError(f"tradeoff_scatter: bytes per token must be > 0 on a log axis: {xs}")
-    ax = new_axes(ax, figsize=(7.4, 4.4))
+    ax = new_axes(ax, figsize=(7.6, 4.6))
     with course_style():
+        places: dict[tuple[float, float], list[str]] = {}
         for i, (label, (x, y)) in enumerate(points.items()):
             style = series_style(i)
             ax.scatter(
@@ -79,34 +82,90 @@ def tradeoff_scatter(
                 linewidths=0.6,
                 zorder=3,
             )
-            ax.annotate(
-                label,
-                (x, y),
-                xytext=(7, 4 if i % 2 == 0 else -11),
-                textcoords="offset points",
-                fontsize=FONT["note"],
-                color="0.1",
-            )
+            places.setdefault((float(x), float(y)), []).append(label)
         if logx:
             ax.set_xscale("log", base=2)
-            ax.set_xlim(xs.min() / 1.6, xs.max() * 3.2)  # room for the labels on the right
+            ax.set_xlim(xs.min() / 1.6, xs.max() * 4.0)  # room for the labels on the right
+        else:
+            span = float(xs.max() - xs.min()) or 1.0
+            ax.set_xlim(xs.min() - 0.1 * span, xs.max() + 0.6 * span)
+        ax.set_ylim(min(0.0, float(ys.min())), 1.08)
         if chance is not None:
             ax.axhline(chance, color="0.4", ls=":", lw=1.2)
             ax.annotate(
                 "chance",
-                (xs.min() / 1.5, chance),
+                (xs.min() / 1.5 if logx else xs.min(), chance),
                 xytext=(0, 3),
                 textcoords="offset points",
                 fontsize=FONT["note"],
                 color="0.3",
             )
-        ax.set_ylim(min(0.0, float(ys.min())), 1.08)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.grid(True, which="major", color="0.9", lw=0.8)
         if title:
             ax.set_title(title)
+        _place_labels(ax, {xy: " = ".join(names) for xy, names in places.items()})
     return ax
+
+
+def _place_labels(ax, labels: Mapping[tuple[float, float], str]) -> None:
+    """Write each label beside its point where it overlaps no other label and no point.
+
+    Positions are tried right of the point, then left, then centred one text line further
+    down or up at a time (or right or left of that); a label moved off its point's line is
+    joined to it by a thin grey line.
+    """
+    fig = ax.figure
+    fig.draw_without_rendering()  # the layout is final: display coordinates are right
+    px = FONT["note"] * fig.dpi / 72  # the font size in pixels
+    height, gap = 1.3 * px, 0.7 * px
+    box = ax.get_window_extent()
+    at = {xy: ax.transData.transform(xy) for xy in labels}
+    taken = [(x - gap, y - gap, x + gap, y + gap) for x, y in at.values()]  # the markers
+
+    def free(b):
+        inside = box.x0 <= b[0] and b[2] <= box.x1 and box.y0 <= b[1] and b[3] <= box.y1
+        return inside and not any(
+            b[0] < t[2] and t[0] < b[2] and b[1] < t[3] and t[1] < b[3] for t in taken
+        )
+
+    order = sorted(labels, key=lambda xy: (-xy[1], xy[0]))  # placed top to bottom
+    chosen = {}
+    shifts = [0] + [s for k in range(1, 12) for s in (-k, k)]
+    for xy in order:
+        text = labels[xy]
+        x, y = at[xy]
+        width = 0.58 * px * len(text)
+        choice = None
+        for k in shifts:  # beside the point first; then centred under (or over) it
+            for side in (1, -1) if k == 0 else (0, 1, -1):
+                x0 = {1: x + gap, -1: x - gap - width, 0: x - width / 2}[side]
+                y0 = y - height / 2 + k * 1.2 * height
+                if free((x0, y0, x0 + width, y0 + height)):
+                    choice = (x0, y0, side, k)
+                    break
+            if choice:
+                break
+        if choice is None:
+            choice = (x + gap, y - height / 2, 1, 0)
+        taken.append((choice[0], choice[1], choice[0] + width, choice[1] + height))
+        chosen[xy] = (*choice, width)
+    for xy, text in labels.items():  # written in the order given
+        x, y = at[xy]
+        x0, y0, side, k, width = chosen[xy]
+        tx = {1: x0, -1: x0 + width, 0: x0 + width / 2}[side]
+        ax.annotate(
+            text,
+            xy,
+            xytext=((tx - x) * 72 / fig.dpi, (y0 + height / 2 - y) * 72 / fig.dpi),
+            textcoords="offset points",
+            ha={1: "left", -1: "right", 0: "center"}[side],
+            va="center",
+            fontsize=FONT["note"],
+            color="0.1",
+            arrowprops=None if k == 0 else {"arrowstyle": "-", "color": "0.55", "lw": 0.8},
+        )
 
 
 def accuracy_vs_distance(
@@ -114,6 +173,7 @@ def accuracy_vs_distance(
     curves: Mapping[str, Sequence[float]],
     *,
     window: int | None = None,
+    reach: int | None = None,
     chance: float | None = None,
     ax=None,
     title: str | None = None,
@@ -127,8 +187,12 @@ def accuracy_vs_distance(
     curves : mapping of label -> sequence of float of shape (n_d,)
         One line per variant (colour, marker and line style differ).
     window : int, optional
-        The sliding window W: a query sees back to d = W - 1, so the edge is drawn between
-        W - 1 and W and the distances beyond it are shaded ("beyond the window").
+        The sliding window W: a query sees back to d = W - 1, so the edge is drawn (dashed)
+        between W - 1 and W.
+    reach : int, optional
+        The farthest d the output can depend on at all (with stacked windowed layers,
+        n_layers (W - 1)); drawn dotted, and the distances beyond it are shaded. Without
+        it, the distances beyond the window are shaded.
     chance : float, optional — a dotted horizontal line.
 
     Returns
@@ -151,10 +215,22 @@ def accuracy_vs_distance(
         if window is not None:
             edge = window - 0.5
             ax.axvline(edge, color="0.2", lw=1.4, ls="--")
-            ax.axvspan(edge, d.max() + 0.5, color="0.92", zorder=0, lw=0)
             ax.annotate(
                 f"window edge\n(W = {window})",
                 (edge, 0.5),
+                xytext=(5, 0),
+                textcoords="offset points",
+                fontsize=FONT["note"],
+                va="center",
+            )
+        far = reach + 0.5 if reach is not None else (window - 0.5 if window is not None else None)
+        if far is not None:
+            ax.axvspan(far, d.max() + 0.5, color="0.92", zorder=0, lw=0)
+        if reach is not None:
+            ax.axvline(far, color="0.2", lw=1.2, ls=":")
+            ax.annotate(
+                f"out of reach\n(d > {reach})",
+                (far, 0.3),
                 xytext=(5, 0),
                 textcoords="offset points",
                 fontsize=FONT["note"],

@@ -13,7 +13,10 @@ and importing nothing from :mod:`attnlib.plot`, :mod:`attnlib.explorers`,
   agreement corpus (shipped in ``data/``) and the model trained on it;
 * :mod:`attnlib.tasks.induction` — lesson 13: repeated random tokens, a two-layer
   attention-only model whose induction heads' keys are built by a previous-token head, its
-  no-repeat control (both shipped in ``data/``) and the interventions that prove it.
+  no-repeat control (both shipped in ``data/``) and the interventions that prove it;
+* :mod:`attnlib.tasks.recall` — lesson 14: recall the token d positions back; one small
+  model per way of keeping keys (full, grouped, latent, windowed, hybrid, top-k selected,
+  shared), shipped in ``data/`` with their training log and held-out results.
 
 Shipped files are read through :mod:`importlib.resources` (:mod:`attnlib.tasks.data`), so
 a non-editable install finds them too.

@@ -39,9 +39,7 @@ Run ``python -m attnlib.tasks.induction --train`` to retrain the two models and 
 
 from __future__ import annotations
 
-import argparse
 import math
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,7 +51,7 @@ from attnlib._validate import check_int
 from attnlib.core import attend
 from attnlib.heads import split_heads
 from attnlib.positions import apply_rotary
-from attnlib.tasks.shipped import data_file
+from attnlib.tasks.shipped import data_file, read_log_table, train_command
 from attnlib.training import torch_threads
 
 __all__ = [
@@ -547,15 +545,7 @@ def write_log(rows: dict, path: str | Path) -> None:
 
 def read_log(path: str | Path = LOG_PATH) -> dict[str, np.ndarray]:
     """The shipped training log: a dict of column name -> array (one entry per step)."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"read_log: {path} does not exist; run `{TRAIN_COMMAND}`")
-    lines = path.read_text(encoding="utf-8").splitlines()
-    header = lines[0].split("\t")
-    if tuple(header) != LOG_COLUMNS:
-        raise ValueError(f"read_log: {path} has columns {header}, expected {list(LOG_COLUMNS)}")
-    table = np.array([ln.split("\t") for ln in lines[1:]], dtype=np.float64)
-    log = {c: table[:, i] for i, c in enumerate(header)}
+    log = read_log_table(path, TRAIN_COMMAND, LOG_COLUMNS)
     log["step"], log["length"] = log["step"].astype(int), log["length"].astype(int)
     return log
 
@@ -582,21 +572,8 @@ def phase_change_step(log: dict, column: str = "repeated", window: int = 50) -> 
     return int(below[0]) if below.size else -1
 
 
-def _main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--train", action="store_true", help="train both models and save them")
-    parser.add_argument(
-        "--out-dir", default=None, help="folder for the three files (default data/)"
-    )
-    parser.add_argument("--progress", action="store_true", help="show progress bars")
-    args = parser.parse_args(argv)
-    if not args.train:
-        parser.error("nothing to do: pass --train")
-    out = Path(args.out_dir) if args.out_dir else WEIGHTS_PATH.parent
-    out.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    model, control, rows = train_both(progress=args.progress)
-    seconds = time.perf_counter() - t0
+def _train_and_save(out: Path, progress: bool) -> str:
+    model, control, rows = train_both(progress=progress)
     save_weights(model, out / WEIGHTS_PATH.name)
     save_weights(control, out / CONTROL_PATH.name)
     write_log(rows, out / LOG_PATH.name)
@@ -604,10 +581,15 @@ def _main(argv=None) -> None:
     tokens = make_sequences(500, 20, generator=torch.Generator().manual_seed(12345))
     with torch.no_grad():
         acc = induction_accuracy(shipped(tokens), tokens)
-    print(
-        f"trained both models in {seconds:.1f} s; induction accuracy {acc:.3f} "
-        f"(500 held-out sequences, length 20); phase change at step "
-        f"{phase_change_step(read_log(out / LOG_PATH.name))}; wrote {out}"
+    return (
+        f"induction accuracy {acc:.3f} (500 held-out sequences, length 20); phase change at "
+        f"step {phase_change_step(read_log(out / LOG_PATH.name))}"
+    )
+
+
+def _main(argv=None) -> None:
+    train_command(
+        argv, __doc__, "train both models and save them", WEIGHTS_PATH.parent, _train_and_save
     )
 
 

@@ -47,10 +47,8 @@ thread, seeded; see data/README.md for the time it takes).
 
 from __future__ import annotations
 
-import argparse
 import io
 import math
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,12 +57,19 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from attnlib._validate import check_choice, check_instance, check_int, type_name
+from attnlib._validate import (
+    check_choice,
+    check_decoder_input,
+    check_head_counts,
+    check_instance,
+    check_int,
+    type_name,
+)
 from attnlib.heads import merge_heads, split_heads
 from attnlib.kv_cache import KVCache, RollingKVCache, grouped_attend, kv_cache_bytes
 from attnlib.latent import LatentAttention
 from attnlib.selection import Indexer, indexer_scores, topk_mask
-from attnlib.tasks.shipped import data_file
+from attnlib.tasks.shipped import data_file, read_log_table, train_command
 from attnlib.training import torch_threads, train
 from attnlib.windows import sliding_window_mask
 
@@ -333,13 +338,8 @@ class KeysLayer(nn.Module):
         d_index: int = 8,
     ):
         super().__init__()
-        if d_model % n_heads or n_heads % n_kv_heads:
-            raise ValueError(
-                f"KeysLayer: need n_heads | d_model and n_kv_heads | n_heads, got "
-                f"d_model={d_model}, n_heads={n_heads}, n_kv_heads={n_kv_heads}"
-            )
+        self.d_head = check_head_counts("KeysLayer", d_model, n_heads, n_kv_heads)
         self.n_heads, self.n_kv_heads = n_heads, n_kv_heads
-        self.d_head = d_model // n_heads
         self.window, self.top_k, self.own_kv = window, top_k, own_kv
         self.W_q = nn.Linear(d_model, d_model, bias=False)
         self.W_k = nn.Linear(d_model, n_kv_heads * self.d_head, bias=False) if own_kv else None
@@ -516,20 +516,8 @@ class RecallModel(nn.Module):
     def run(self, tokens: torch.Tensor, caches: list | None = None, *, sparse: bool = True):
         """Logits (batch, seq_new, vocab) and the indexers' loss (a 0-d Tensor, 0 for
         variants without an indexer or with caches)."""
-        if not isinstance(tokens, torch.Tensor) or tokens.ndim != 2 or tokens.dtype != torch.long:
-            got = getattr(tokens, "dtype", type_name(tokens))
-            shape = tuple(getattr(tokens, "shape", ()))
-            raise ValueError(
-                f"RecallModel: tokens must be a LongTensor (batch, seq), got {got} {shape}"
-            )
-        if caches is not None and len(caches) != self.n_layers:
-            raise ValueError(f"RecallModel: {len(caches)} caches for {self.n_layers} layers")
-        start = 0 if caches is None else caches[0].length  # position of the first new token
-        seq_new = tokens.shape[1]
-        if start + seq_new > self.max_len:
-            raise ValueError(
-                f"RecallModel: position {start + seq_new - 1} exceeds max_len={self.max_len}"
-            )
+        start = check_decoder_input("RecallModel", tokens, caches, self.n_layers, self.max_len)
+        seq_new = tokens.shape[1]  # the first new token sits at position `start`
         x = self.tok(tokens) + self.pos(torch.arange(start, start + seq_new))
         kl = x.new_zeros(())
         kv_of = {}  # layer -> the (k, v) it drew from, for the layers that borrow them
@@ -607,8 +595,10 @@ def train_variant(
     Every variant sees the same batches (:func:`make_batch`, generator seeded
     ``seed + 1``) and starts from ``torch.manual_seed(seed)``. The loss is the
     cross-entropy of the answer at the cue. The top-k variant adds its indexers' KL loss
-    and, as DeepSeek-V3.2 does, attends densely for the first ``dense_steps`` steps (the
-    indexer learns from the dense attention) before switching to its top-k keys.
+    (the indexer learns to rank keys as the dense attention weights them, as in
+    DeepSeek-V3.2) and attends densely for the first ``dense_steps`` steps before switching
+    to its top-k keys (DeepSeek-V3.2's dense warm-up freezes the main model; here
+    everything trains throughout).
 
     Returns
     -------
@@ -691,7 +681,7 @@ def save_models(models: dict, path: str | Path) -> None:
 def _load_state(path) -> dict:
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist; run `{TRAIN_COMMAND}`")
+        raise FileNotFoundError(f"load_model: {path} does not exist; run `{TRAIN_COMMAND}`")
     return torch.load(path, weights_only=True)
 
 
@@ -718,13 +708,7 @@ def write_log(log: dict, path: str | Path) -> None:
 
 def read_log(path: str | Path = LOG_PATH) -> dict[str, np.ndarray]:
     """The shipped training log: ``step`` and one column per variant (answer loss)."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"read_log: {path} does not exist; run `{TRAIN_COMMAND}`")
-    lines = path.read_text(encoding="utf-8").splitlines()
-    header = lines[0].split("\t")
-    table = np.array([ln.split("\t") for ln in lines[1:]], dtype=np.float64)
-    log = {c: table[:, i] for i, c in enumerate(header)}
+    log = read_log_table(path, TRAIN_COMMAND)
     log["step"] = log["step"].astype(int)
     return log
 
@@ -806,32 +790,26 @@ def results(path: str | Path = RESULTS_PATH) -> RecallResults:
     )
 
 
-def _main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--train", action="store_true", help="train every variant and save them")
-    parser.add_argument(
-        "--out-dir", default=None, help="folder for the three files (default data/)"
-    )
-    parser.add_argument("--progress", action="store_true", help="show progress bars")
-    args = parser.parse_args(argv)
-    if not args.train:
-        parser.error("nothing to do: pass --train")
-    out = Path(args.out_dir) if args.out_dir else WEIGHTS_PATH.parent
-    out.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    models, log = train_all(progress=args.progress)
-    seconds = time.perf_counter() - t0
+def _train_and_save(out: Path, progress: bool) -> str:
+    models, log = train_all(progress=progress)
     save_models(models, out / WEIGHTS_PATH.name)
     write_log(log, out / LOG_PATH.name)
     correct = {n: evaluate(load_model(n, out / WEIGHTS_PATH.name)) for n in models}
     write_results(correct, out / RESULTS_PATH.name)
     res = results(out / RESULTS_PATH.name)
-    print(f"trained {len(models)} variants in {seconds:.1f} s; wrote {out}")
+    lines = [f"trained {len(models)} variants"]
     for n in res.names:
-        print(
+        lines.append(
             f"  {n:13s} accuracy {res.accuracy[n]:.3f}   "
             f"cache {res.cache_bytes_per_token[n]:7.2f} B/token"
         )
+    return "\n".join(lines)
+
+
+def _main(argv=None) -> None:
+    train_command(
+        argv, __doc__, "train every variant and save them", WEIGHTS_PATH.parent, _train_and_save
+    )
 
 
 if __name__ == "__main__":
