@@ -47,8 +47,11 @@ lab-staff: setup
 lint: setup
 	$(BIN)/ruff check .
 
+# Two workers, one test file each at a time; files in collection order, where
+# tests/conftest.py puts the longest (the sandboxed grading flow) first, so that it starts
+# at once on one worker while the other works through the rest.
 test: setup lint
-	$(BIN)/python -m pytest -n 2 --dist loadfile --durations=15 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=15 $(PYTEST_ARGS)
 
 unit: setup
 	$(BIN)/python -m pytest tests $(PYTEST_ARGS)
@@ -63,8 +66,7 @@ student: setup
 	$(BIN)/python -m attnlib.course.student notebooks workbook
 
 # LESSONS="03_attention 08_masks" limits release/autograde to some lessons (default: all graded).
-# JOBS=N grades N submissions at once, each in its own sandbox (default: one per core);
-# `make feedback JOBS=N` writes N feedback files at once.
+# JOBS=N grades N submissions at once, each in its own sandbox (default: one per core).
 # GRADE_ARGS="--unsafe-no-sandbox" grades without bubblewrap (every CSV row then says so).
 JOBS ?=
 GRADE_ARGS ?=
@@ -75,7 +77,7 @@ autograde: setup
 	$(BIN)/python -m attnlib.course.gradebook autograde $(LESSONS) $(if $(JOBS),--jobs $(JOBS)) $(GRADE_ARGS)
 
 feedback: setup
-	$(BIN)/python -m attnlib.course.gradebook feedback $(if $(JOBS),--jobs $(JOBS))
+	$(BIN)/python -m attnlib.course.gradebook feedback
 
 report: setup
 	$(BIN)/python -m attnlib.course.report

@@ -300,7 +300,7 @@ def graded(tmp_path_factory) -> Graded:
     phase("autograde")
     seconds = phases["autograde"]
     print("\n".join(lines))
-    gradebook.feedback(course, echo=lines.append, jobs=JOBS)
+    gradebook.feedback(course, echo=lines.append)
     phase("feedback")
     _exchange_back(course, tmp / "exchange", homes)
     phase("exchange back")

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from reproduce import assert_log_reproduced, assert_state_reproduced
 
 from attnlib import plot
 from attnlib.explorers import induction_explorer, induction_state
@@ -274,7 +275,9 @@ def test_shipped_log_shows_the_phase_change():
 
 
 @pytest.mark.slow
-def test_training_command_regenerates_the_shipped_files_byte_for_byte(tmp_path, python):
+def test_training_command_regenerates_the_shipped_files(tmp_path, python):
+    # byte for byte on the machine that made them; elsewhere up to float rounding
+    # (tests/reproduce.py says how much and why)
     res = subprocess.run(
         [python, "-m", "attnlib.tasks.induction", "--train", "--out-dir", str(tmp_path)],
         check=True,
@@ -283,9 +286,11 @@ def test_training_command_regenerates_the_shipped_files_byte_for_byte(tmp_path, 
         timeout=900,
     )
     assert "induction accuracy 1.000" in res.stdout, res.stdout
-    for shipped in (ind.WEIGHTS_PATH, ind.CONTROL_PATH, ind.LOG_PATH):
-        fresh = tmp_path / shipped.name
-        assert fresh.read_bytes() == shipped.read_bytes(), f"{shipped.name} differs"
+    for shipped in (ind.WEIGHTS_PATH, ind.CONTROL_PATH):
+        fresh = torch.load(tmp_path / shipped.name, weights_only=True)
+        assert_state_reproduced(fresh, torch.load(shipped, weights_only=True), shipped.name)
+    fresh_log = (tmp_path / ind.LOG_PATH.name).read_text(encoding="utf-8").splitlines()
+    assert_log_reproduced(fresh_log, ind.LOG_PATH.read_text(encoding="utf-8").splitlines())
 
 
 # ---------------------------------------------------------------------------- figures

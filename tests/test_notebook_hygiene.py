@@ -329,7 +329,18 @@ def test_every_graded_cell_checks_an_earlier_solution(path):
 # How many graded exercises each lesson must have, from the issues that asked for them
 # (the foundation issue: two each in 01-03; lesson 04's: three; 05-09: one per lesson
 # each, at least two per lesson here; 10-12: one each).
-MIN_GRADED = {"01": 2, "02": 2, "03": 2, "04": 3, "05": 2, "06": 2, "07": 2, "08": 2, "09": 2, "14": 2}
+MIN_GRADED = {
+    "01": 2,
+    "02": 2,
+    "03": 2,
+    "04": 3,
+    "05": 2,
+    "06": 2,
+    "07": 2,
+    "08": 2,
+    "09": 2,
+    "14": 2,
+}
 
 
 def test_lessons_from_01_have_their_graded_exercises(path):

@@ -1508,54 +1508,20 @@ def export(course: Path, to: Path | None = None, echo=print) -> Path:
     return dest
 
 
-def _feedback_one(course: str, assignment: str, student: str) -> dict:
+def feedback(course: Path, echo=print) -> list[Path]:
+    """Feedback HTML (no hidden tests) for every autograded submission."""
     from nbgrader.converters import GenerateFeedback
 
-    cfg = load_config(Path(course))
-    result = _run_app(GenerateFeedback, cfg, assignment, student, force=True)
-    return {
-        "assignment": assignment,
-        "student": student,
-        "success": bool(result.get("success")),
-        "error": result.get("error", "") or "",
-    }
-
-
-def feedback(course: Path, echo=print, jobs: int | None = None) -> list[Path]:
-    """Feedback HTML (no hidden tests) for every autograded submission.
-
-    ``jobs`` worker processes write it at once (default: one per core; the HTML export
-    is the work, the gradebook is only read).
-    """
     course = Path(course).resolve()
+    cfg = load_config(course)
     autograded = course / "autograded"
+    written = []
     if not autograded.exists():
         raise SystemExit(f"nothing to give feedback on: {autograded} does not exist")
-    pairs = find_submissions(autograded)
-    jobs = max(1, min(jobs or default_jobs(), len(pairs) or 1))
-    if jobs == 1:
-        results = [_feedback_one(str(course), a, s) for a, s in pairs]
-    else:
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor
-
-        lock = _GradebookLock(course / ".gradebook.lock")
-        lock.install()
-        ctx = mp.get_context("spawn")
-        with ProcessPoolExecutor(
-            max_workers=jobs,
-            mp_context=ctx,
-            initializer=_worker_init,
-            initargs=(ctx.Value("i", 0), str(lock.path)),
-        ) as pool:
-            results = list(
-                pool.map(_feedback_one, [str(course)] * len(pairs), *zip(*pairs, strict=True))
-            )
-    written = []
-    for r in results:
-        a, s = r["assignment"], r["student"]
-        if not r["success"]:
-            echo(f"feedback for {s}/{a} failed:\n{r['error']}")
+    for a, s in find_submissions(autograded):
+        result = _run_app(GenerateFeedback, cfg, a, s, force=True)
+        if not result["success"]:
+            echo(f"feedback for {s}/{a} failed:\n{result.get('error', '')}")
             continue
         written += sorted((course / "feedback" / s / a).glob("*.html"))
     echo(f"wrote {len(written)} feedback file(s) under {course / 'feedback'}")
@@ -1636,7 +1602,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "export":
         export(args.course, args.to)
     elif args.command == "feedback":
-        feedback(args.course, jobs=args.jobs)
+        feedback(args.course)
     elif args.command == "validate":
         return 0 if validate(args.course, args.notebooks) else 1
     return 0
