@@ -16,7 +16,13 @@ import nbformat
 import numpy as np
 import pytest
 
-from attnlib.explorers import head_explorer, mask_explorer, query_explorer, scaling_explorer
+from attnlib.explorers import (
+    head_explorer,
+    keys_kept_explorer,
+    mask_explorer,
+    query_explorer,
+    scaling_explorer,
+)
 from attnlib.explorers._render import STILL_CAPTION, captioned_png, figure_png
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
@@ -37,6 +43,7 @@ EXPLORERS = {
     "scaling": lambda: scaling_explorer(d_k=64),
     "mask": lambda: mask_explorer("causal + padding", 4),
     "heads": lambda: head_explorer(_heads(), queries=list("abcde"), keys=list("abcde")),
+    "keys_kept": lambda: keys_kept_explorer(window=4, k=4, d_latent=64),
 }
 
 

@@ -164,6 +164,25 @@ def sample_figures():
                 rng.random((3, 2)), ["h0", "h1", "h2"], ["subject", "attractor"]
             ),
         ),
+        (
+            "tradeoff_scatter",
+            lambda: plot.tradeoff_scatter(
+                {"full": (512.0, 1.0), "window": (160.0, 0.45), "latent": (24.0, 0.46)},
+                chance=0.0625,
+            ),
+        ),
+        (
+            "accuracy_vs_distance",
+            lambda: plot.accuracy_vs_distance(
+                np.arange(1, 25), {"full": np.ones(24), "window": rng.random(24)}, window=8
+            ),
+        ),
+        (
+            "cache_bars",
+            lambda: plot.cache_bars(
+                {"A": 4.0, "B": 1.0, "C": 0.5}, kinds={"A": "full", "B": "grouped", "C": "latent"}
+            ),
+        ),
     ]
 
 

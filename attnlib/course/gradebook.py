@@ -55,12 +55,15 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import csv
 import fcntl
 import json
 import os
 import re
 import shutil
+import signal
+import stat
 import sys
 import threading
 import time
@@ -75,7 +78,7 @@ from traitlets import Enum, Integer, Unicode
 
 from attnlib.checks import grading
 from attnlib.course.lessons import course_root, lesson_paths
-from attnlib.course.sandbox import Limits, Sandbox, SandboxKernelManager
+from attnlib.course.sandbox import Limits, Sandbox, SandboxKernelManager, inspect_submission
 from attnlib.course.sandbox import unavailable as sandbox_unavailable
 
 REPORT_NAME = "grading_report.json"
@@ -175,9 +178,13 @@ class ResilientExecute(Execute):
     def _log_kernel_output(self) -> None:
         """Put the tail of the kernel process's own stdout/stderr into nbgrader's log."""
         path = self._box.run / "kernel.log"
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        try:  # the kernel owns run/: never block on a FIFO planted there, nor follow a link
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError:
+            return
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            self.log.warning("run/kernel.log is not a regular file: the kernel replaced it")
             return
         with os.fdopen(fd, "rb") as fh:
             fh.seek(max(0, os.fstat(fh.fileno()).st_size - 4000))
@@ -703,7 +710,17 @@ def _parse(source: str) -> ast.AST | None:
     try:
         return ast.parse(source)
     except SyntaxError:
-        return None
+        return None  # the kernel cannot run it either
+    except (RecursionError, MemoryError, ValueError) as err:
+        return _Unreadable(type(err).__name__)
+
+
+class _Unreadable(ast.Module):
+    """A cell the audit could not parse (nested too deep...): a finding of its own."""
+
+    def __init__(self, why: str):
+        super().__init__(body=[], type_ignores=[])
+        self.why = why
 
 
 class _Aliases:
@@ -909,8 +926,22 @@ def audit_cells(
     """
     trees = [_parse(s) for s in sources]
     aliases = _Aliases()
-    aliases.collect([t for t in trees if t is not None] + [t for t in map(_parse, context) if t])
-    return [[] if t is None else _audit_tree(t, forbidden, aliases) for t in trees]
+    try:
+        aliases.collect([t for t in trees if t is not None] + [t for t in map(_parse, context) if t])
+    except RecursionError:
+        aliases.names.add("?")  # (each cell is still read below)
+    return [_audit_one(t, forbidden, aliases) for t in trees]
+
+
+def _audit_one(tree, forbidden: set[str], aliases: _Aliases) -> list[str]:
+    if tree is None:
+        return []
+    if isinstance(tree, _Unreadable):
+        return [f"the audit could not read this cell ({tree.why}): a person must"]
+    try:
+        return _audit_tree(tree, forbidden, aliases)
+    except RecursionError:
+        return ["the audit could not read this cell (RecursionError): a person must"]
 
 
 def audit_code(source: str, forbidden: set[str]) -> list[str]:
@@ -1172,7 +1203,14 @@ def _grade_one(
     cfg.ResilientExecute.sandbox_slot = _WORKER.get("slot", 0) if slot is None else slot
     cfg.ResilientExecute.kernel_threads = threads
     t0 = time.perf_counter()
-    result = _run_app(Autograde, cfg, assignment, student, force=True, create_student=True)
+    # Before nbgrader copies anything (its copy follows symlinks, as the staff user):
+    # links, FIFOs and devices refuse the submission; other extra files flag it.
+    refuse, review = inspect_submission(Path(course) / "submitted" / student / assignment)
+    if refuse:
+        result = {"success": False, "error": "refused: " + "; ".join(refuse)[:1500]}
+    else:
+        with _wall_clock(WALL_LIMIT):
+            result = _run_app(Autograde, cfg, assignment, student, force=True, create_student=True)
     return {
         "assignment": assignment,
         "student": student,
@@ -1180,7 +1218,31 @@ def _grade_one(
         "log": result.get("log", "") or "",
         "error": result.get("error", "") or "",
         "seconds": round(time.perf_counter() - t0, 2),
+        "review": review,
     }
+
+
+WALL_LIMIT = 1800  # seconds one submission may take in all, whatever its kernel does
+
+
+@contextlib.contextmanager
+def _wall_clock(seconds: int):
+    """Raise TimeoutError in this (main) thread after ``seconds``: a grader that blocks
+    (on a file the kernel planted, say) gives up on that submission, not on the class."""
+    if threading.current_thread() is not threading.main_thread() or seconds <= 0:
+        yield
+        return
+
+    def stop(signum, frame):
+        raise TimeoutError(f"grading this submission took longer than {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _finish(course: Path, cfg, result: dict, sandbox: str) -> Outcome:
@@ -1203,11 +1265,13 @@ def _finish(course: Path, cfg, result: dict, sandbox: str) -> Outcome:
         o.score, o.max_score = _scores(course, cfg, a, student)
         graded = nb_path
     review, notes = log_findings(result["log"])
+    review += [f"submission: {r}" for r in result.get("review", [])]
     o.notes += [f"nbgrader: {n}" for n in notes]
     if review:
         o.needs_review = True
-        o.notes += [f"nbgrader: {r}" for r in review]
-    reasons = audit_notebook(graded, course / SOURCE_DIR / a / f"{a}.ipynb")
+        o.notes += [r if r.startswith("submission: ") else f"nbgrader: {r}" for r in review]
+    refused = result["error"].startswith("refused: ")  # never read through its links
+    reasons = [] if refused else audit_notebook(graded, course / SOURCE_DIR / a / f"{a}.ipynb")
     if reasons:
         o.needs_review = True
         o.notes += [f"audit: {r}" for r in reasons]
@@ -1336,8 +1400,15 @@ def autograde(
     t_all = time.perf_counter()
 
     def done(result: dict) -> None:
-        o = _finish(course, cfg, result, sandbox)
+        try:
+            o = _finish(course, cfg, result, sandbox)
+        except Exception as err:  # noqa: BLE001 - one submission must not stop the class
+            a, s = result["assignment"], result["student"]
+            o = Outcome(a, s, status="NOT GRADED", needs_review=True, seconds=result["seconds"])
+            o.sandbox = SANDBOXED if sandbox == "bwrap" else UNSAFE
+            o.notes.append(f"the grader failed after nbgrader ran ({type(err).__name__}: {err})"[:400])
         outcomes.append(o)
+        _write_report(course, [o])  # after each one: a stopped run keeps what it graded
         score = "-" if o.score is None else f"{o.score:g}/{o.max_score:g}"
         flag = "  REVIEW" if o.needs_review else ""
         n = sum(1 for x in outcomes if x.seconds)
@@ -1369,7 +1440,6 @@ def autograde(
             ]
             for fut in as_completed(futures):
                 done(fut.result())
-    _write_report(course, outcomes)
     wall = time.perf_counter() - t_all
     each = sorted(o.seconds for o in outcomes if o.seconds)
     if each:
@@ -1459,13 +1529,15 @@ def _csv_rows(gradebook, report: dict, students=(), assignments=()) -> list[dict
             notes = list(info["notes"]) if info else []
             if sub.needs_manual_grade:
                 notes.append("some cells await manual grading in the formgrader")
-            if info:
-                row["status"] = info["status"]
-                row["needs_review"] = "yes" if info["needs_review"] else "no"
-                row["sandbox"] = info.get("sandbox", "")
-                if info["status"] in ("NOT GRADED", "FLAGGED"):
-                    # never a number a script would upload: the reason is in the notes
-                    row.update(score="", raw_score="", late_submission_penalty="")
+            if not info:  # not graded by this driver (or its run stopped): no verdict
+                info = {"status": "NOT GRADED", "needs_review": True}
+                notes.append(f"no entry in {REPORT_NAME}: not graded by make autograde")
+            row["status"] = info["status"]
+            row["needs_review"] = "yes" if info["needs_review"] else "no"
+            row["sandbox"] = info.get("sandbox", "")
+            if info["status"] in ("NOT GRADED", "FLAGGED"):
+                # never a number a script would upload: the reason is in the notes
+                row.update(score="", raw_score="", late_submission_penalty="")
             row["notes"] = " | ".join(notes)
             rows.append(row)
     return rows

@@ -46,6 +46,7 @@ import functools
 import importlib.util
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import sysconfig
@@ -63,11 +64,13 @@ __all__ = [
     "SandboxKernelManager",
     "bwrap_path",
     "command",
+    "inspect_submission",
     "readonly_paths",
     "unavailable",
 ]
 
 UID_BASE = 64000  # the kernel's uid when grading runs as root: UID_BASE + worker slot
+SANDBOX_PREFIX = "kv-sbx-"  # /tmp/kv-sbx-XXXX: one sandbox's host folder
 
 # Runs inside the sandbox before the kernel: set the limits, drop to the sandbox uid, exec.
 # Plain standard library, started with `python -I -S` (no site, no environment) so that it
@@ -138,8 +141,10 @@ def readonly_paths() -> list[Path]:
     for p in sorted({q.resolve() for q in paths if q.exists()}, key=lambda q: len(q.parts)):
         if any(p == o or o in p.parents for o in out):
             continue  # already inside a bound folder
-        if p == Path("/") or p.parts[1:2] in (("usr",), ("tmp",)):
-            continue  # /usr is bound anyway; nothing under /tmp is course code
+        if p == Path("/") or p.parts[1:2] == ("usr",):
+            continue  # /usr is bound anyway
+        if p == Path("/tmp") or (p.parent == Path("/tmp") and p.name.startswith(SANDBOX_PREFIX)):
+            continue  # the sandboxes' own folders (a course checked out under /tmp is fine)
         out.append(p)
     return out
 
@@ -181,7 +186,7 @@ class Sandbox:
     root: Path = field(init=False)
 
     def __post_init__(self) -> None:
-        self.root = Path(tempfile.mkdtemp(prefix="kv-sbx-", dir="/tmp"))
+        self.root = Path(tempfile.mkdtemp(prefix=SANDBOX_PREFIX, dir="/tmp"))
         os.chmod(self.root, 0o755)
         for sub in ("work", "run", "exchange", "exchange/in", "exchange/out"):
             (self.root / sub).mkdir(mode=0o755)
@@ -219,13 +224,18 @@ class Sandbox:
                 self._own(p)
 
     def fill_work(self, folder: Path | None) -> None:
-        """Copy the submission's folder (its notebook and any files beside it) into work/.
+        """Copy the submission's notebook(s) — nothing else — into work/.
 
-        Symlinks are copied as links: one pointing outside the submission leads nowhere
-        inside the sandbox.
+        Only regular ``*.ipynb`` files at the top of the folder are copied, never through
+        a link: a file handed in beside the notebook (an ``attnlib/`` package that would
+        shadow the installed one, a symlink to another learner's work) never reaches the
+        kernel. (The driver refuses such submissions before nbgrader copies anything:
+        :func:`inspect_submission`.)
         """
         if folder is not None and Path(folder).is_dir():
-            shutil.copytree(folder, self.work, dirs_exist_ok=True, symlinks=True)
+            for entry in os.scandir(folder):
+                if entry.name.endswith(".ipynb") and entry.is_file(follow_symlinks=False):
+                    shutil.copyfile(entry.path, self.work / entry.name, follow_symlinks=False)
         self.hand_over(self.work)
 
     def command(self, argv: list[str], threads: int | None = None, log: bool = True) -> list[str]:
@@ -233,6 +243,53 @@ class Sandbox:
 
     def cleanup(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+_HARMLESS_DIRS = {".ipynb_checkpoints"}  # Jupyter's autosaves (never given to the kernel)
+
+
+def inspect_submission(folder: Path, limit: int = 200) -> tuple[list[str], list[str]]:
+    """(reasons to refuse, reasons to review) for a submission folder, before grading.
+
+    Walks ``folder`` with ``lstat`` (never following a link). Anything that is not a
+    regular file or a folder — a symlink (to gradebook.db, another learner's notebook,
+    /etc/shadow), a FIFO, a device, a socket — is a reason to refuse: nbgrader's own copy
+    into ``autograded/`` would follow it, as the staff user. A regular file other than a
+    top-level notebook (``attnlib/__init__.py`` beside the notebook) is a reason to review:
+    the kernel never sees it (:meth:`Sandbox.fill_work`), but no lesson asks for it.
+    """
+    refuse: list[str] = []
+    review: list[str] = []
+    root = Path(folder)
+    seen = 0
+    stack = [root]
+    while stack:
+        here = stack.pop()
+        try:
+            entries = sorted(os.scandir(here), key=lambda e: e.name)
+        except OSError as err:
+            refuse.append(f"cannot list {here}: {err.strerror}")
+            continue
+        for entry in entries:
+            seen += 1
+            if seen > limit:
+                refuse.append(f"more than {limit} files in the submission folder")
+                return refuse, review
+            rel = os.path.relpath(entry.path, root)
+            mode = entry.stat(follow_symlinks=False).st_mode
+            if stat.S_ISLNK(mode):
+                refuse.append(f"{rel!r} is a symbolic link (to {os.readlink(entry.path)!r})")
+            elif stat.S_ISDIR(mode):
+                if rel.split(os.sep)[0] not in _HARMLESS_DIRS:
+                    review.append(f"a folder {rel + '/'!r} was handed in beside the notebook")
+                stack.append(Path(entry.path))
+            elif not stat.S_ISREG(mode):
+                refuse.append(f"{rel!r} is not a regular file (a FIFO, device or socket)")
+            elif rel.split(os.sep)[0] in _HARMLESS_DIRS:
+                continue
+            elif here != root or not entry.name.endswith(".ipynb"):
+                review.append(f"a file {rel!r} was handed in beside the notebook")
+    return refuse, review
 
 
 def _launcher_args(sandbox: Sandbox, log: bool = True) -> list[str]:
@@ -306,6 +363,9 @@ def command(
         "LANG": "C.UTF-8",
         "TMPDIR": "/tmp",
         "PYTHONDONTWRITEBYTECODE": "1",
+        # the working folder is not on sys.path (IPython honours sys.flags.safe_path): no
+        # file there can shadow an installed module
+        "PYTHONSAFEPATH": "1",
         "PYTHONNOUSERSITE": "1",
         "MPLCONFIGDIR": "/tmp/matplotlib",
         "IPYTHONDIR": "/tmp/ipython",

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 import matplotlib as mpl
 import matplotlib.pyplot as plt
 import numpy as np
+import torch
 from matplotlib.collections import PatchCollection
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import MaxNLocator
@@ -173,9 +174,11 @@ def _position_ticks(axis, n: int, labels) -> None:
 
 
 def as_numpy(x) -> np.ndarray:
-    """What a figure plots: a numpy array (a tensor is detached, moved to the CPU, float32)."""
+    """What a figure plots: a numpy array (a tensor is detached and moved to the CPU; a
+    float or integer tensor becomes float32, a bool tensor, e.g. a mask, stays bool)."""
     if hasattr(x, "detach"):
-        x = x.detach().cpu().float().numpy()
+        x = x.detach().cpu()
+        x = (x if x.dtype == torch.bool else x.float()).numpy()
     return np.asarray(x)
 
 
