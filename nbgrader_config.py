@@ -28,6 +28,7 @@ from attnlib.course.gradebook import (
     ShortenHiddenTracebacks,
     StderrIsNotFailure,
 )
+from attnlib.course.safe_outputs import SafeOutputs
 
 c = get_config()  # noqa: F821 - provided by nbgrader's config loader
 
@@ -65,19 +66,23 @@ c.Autograde.autograde_preprocessors = [
     IgnorePattern,
     ClearMetadataPreprocessor,
     LimitOutput,
+    SafeOutputs,  # no HTML/JavaScript/SVG of the kernel's in the notebook staff open
     StderrIsNotFailure,
     SaveAutoGrades,
     AssignLatePenalties,
     CheckCellMetadata,
 ]
 
-# Feedback without hidden tests: tracebacks shortened first, then the regions removed.
+# Feedback without hidden tests: tracebacks shortened first, then the regions removed; and
+# nothing of the kernel's that a browser would run (outputs kept: plain text and PNG).
 c.GenerateFeedback.preprocessors = [
     GetGrades,
     ShortenHiddenTracebacks,
     ClearHiddenTests,
+    SafeOutputs,
     CSSHTMLHeaderPreprocessor,
 ]
+c.HTMLExporter.sanitize_html = True  # a second layer: nbconvert cleans markdown and HTML
 
 # `nbgrader export` writes the same CSV as `make autograde` (status, needs_review, notes).
 c.ExportApp.plugin_class = CourseCsvExport

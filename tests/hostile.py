@@ -35,6 +35,12 @@ class Submission:
     points: float | None = None  # honest ones: the score they must keep
     notes: list[str] = field(default_factory=list)  # substrings the CSV notes must contain
     status: str = "FLAGGED"  # hostile ones: FLAGGED, or NOT GRADED where nbgrader refuses
+    # handed in beside the notebook: files {relative path: text}, symlinks {name: target}
+    # and FIFOs [name]
+    files: dict[str, str] = field(default_factory=dict)
+    links: dict[str, str] = field(default_factory=dict)
+    fifos: list[str] = field(default_factory=list)
+    auto: float | None = None  # the autograder's own score kept for the reviewer, if given
 
 
 def _grade_id(nb, gid):
@@ -306,6 +312,253 @@ HOSTILE = [
     ),
 ]
 
+# The red team's attacks on the first version of this grader (`make release` /
+# `make autograde` on 03_attention), replayed on the fixture lesson.
+SHADOW_PACKAGE = r"""
+import json as _json, os as _os, pickle as _pickle, sys as _sys
+
+_work = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
+_sys.path[:] = [p for p in _sys.path if _os.path.abspath(p or ".") != _work]
+del _sys.modules["attnlib"]
+import attnlib as _real
+from attnlib import checks as _checks
+from attnlib.checks import grading as _g
+
+
+def _verify(exercise, fn):
+    ex = _g.exchange_folder()
+    src = ex / "in" / f"{exercise}.pkl" if ex else None
+    if src is None or not src.is_file():
+        return
+    with open(src, "rb") as fh:
+        data = _pickle.load(fh)
+    ref = _checks.get_exercise(exercise).reference
+    outs = [ref(*a, **k) for a, k in data["cases"]]
+    folder = ex / "out" / exercise
+    folder.mkdir(parents=True, exist_ok=True)
+    files = []
+    man = {"exercise": exercise, "outputs": [_g._encode(o, folder, files) for o in outs],
+           "calls": [], "tampering": []}
+    (folder / "manifest.json").write_text(_json.dumps(man))
+
+
+_g.verify = _verify
+_checks.check = lambda exercise, fn: print(f"ok {exercise}")
+"""
+
+JSON_FORGE = """import json
+import pathlib
+
+from attnlib import checks as _ck
+from attnlib.checks import grading as _g
+
+_dumps = json.dumps
+
+
+def _forge(obj, *a, **k):
+    if isinstance(obj, dict) and set(obj) == {"exercise", "outputs", "calls", "tampering"}:
+        name = obj["exercise"]
+        ex = _ck.get_exercise(name)
+        folder = pathlib.Path(_g.exchange_folder()) / "out" / name
+        outs = [ex.reference(*c.args, **c.kwargs) for c in ex.cases(hidden=True)]
+        obj = {"exercise": name, "outputs": [_g._encode(o, folder, []) for o in outs],
+               "calls": [], "tampering": []}
+    return _dumps(obj, *a, **k)
+
+
+json.dumps = _forge
+getattr(type(_ck), "__setattr__")(_ck, "check", lambda name, fn: print("ok", name))
+
+
+"""
+
+TOGGLE = """import sys
+from attnlib import checks as _ck
+
+_off = getattr(sys, "setprofile")
+
+
+def softmax(x):
+    hook = sys.getprofile()
+    _off(None)
+    try:
+        return _ck.get_exercise("softmax").reference(x)
+    finally:
+        _off(hook)
+"""
+
+THREAD = """import asyncio
+from attnlib import checks as _ck
+
+_pool = asyncio.base_events.concurrent.futures.ThreadPoolExecutor(1)
+
+
+def softmax(x):
+    return _pool.submit(_ck.get_exercise("softmax").reference, x).result()
+"""
+
+LOOKUP = """from attnlib import checks as _ck
+
+
+def _key(*args):
+    return repr([a.tobytes() if hasattr(a, "tobytes") else a for a in args if a is not None])
+
+
+def _table(name):
+    ex = _ck.get_exercise(name)
+    return {
+        _key(*c.args, *c.kwargs.values()): ex.reference(*c.args, **c.kwargs)
+        for c in ex.cases(hidden=True)
+    }
+
+
+_T = {n: _table(n) for n in ("softmax", "attend")}
+
+
+def softmax(x):
+    return _T["softmax"][_key(x)]
+"""
+
+FIFO_LOG = """import pathlib
+
+_log = pathlib.Path("../run/kernel.log")
+_log.unlink()
+getattr(__import__("os"), "mk" + "fifo")(_log)
+
+
+"""
+
+XSS = """class Note:
+    def _repr_html_(self):
+        return "<b>ready</b><script>document.title='XSS-RAN'</script>"
+
+    def _repr_javascript_(self):
+        return "document.title = 'XSS-JS-RAN';"
+
+
+Note()
+
+
+"""
+
+
+def _deep_cell(nb):
+    import nbformat
+
+    nb.cells.append(nbformat.v4.new_code_cell("if False:\n    y = x" + ".a" * 3000 + "\n"))
+
+
+HOSTILE += [
+    Submission(
+        "h22_shadow_package",
+        "the untouched stubs plus an attnlib/ package handed in beside the notebook",
+        softmax=STUB_SOFTMAX,
+        attend=STUB_ATTEND,
+        files={"attnlib/__init__.py": SHADOW_PACKAGE},
+        notes=["'attnlib/' was handed in beside the notebook"],
+        auto=0,
+    ),
+    Submission(
+        "h23_symlinks",
+        "symlinks beside the notebook to gradebook.db, another learner and a system file",
+        links={
+            "x_gradebook.db": "{course}/gradebook.db",
+            "x_other.ipynb": "{course}/submitted/ok_reference/01_fixture/01_fixture.ipynb",
+            "x_system": "/etc/hostname",
+        },
+        notes=["'x_gradebook.db' is a symbolic link", "refused"],
+        status="NOT GRADED",
+    ),
+    Submission(
+        "h24_fifo",
+        "a FIFO beside the notebook (nbgrader's copy would block on it)",
+        fifos=["data.npy"],
+        notes=["'data.npy' is not a regular file"],
+        status="NOT GRADED",
+    ),
+    Submission(
+        "h25_json_dumps",
+        "stubs; json.dumps replaced so that record() writes the reference's outputs",
+        softmax=JSON_FORGE + STUB_SOFTMAX,
+        attend=STUB_ATTEND,
+        notes=["assigns to json.dumps", "names '__setattr__' in a string"],
+        auto=0,
+    ),
+    Submission(
+        "h26_toggle_profile",
+        "switches the profiling hook off around its call of the reference",
+        softmax=TOGGLE,
+        notes=["names 'setprofile' in a string", "the function called sys.setprofile"],
+        auto=2,  # softmax refused by the runtime check alone, attend right
+    ),
+    Submission(
+        "h27_thread",
+        "calls the reference on a worker thread, where the profiling hook does not look",
+        softmax=THREAD,
+        notes=["ThreadPoolExecutor", "threading.Thread.start"],
+        auto=2,
+    ),
+    Submission(
+        "h28_aten",
+        "softmax on torch._softmax, attend on torch.ops.aten.scaled_dot_product_attention",
+        softmax=(
+            "import torch\n\n\ndef softmax(x):\n"
+            "    return torch._softmax(torch.as_tensor(x), -1, False).numpy()\n"
+        ),
+        attend=(
+            "import torch\n\n\ndef attend(q, k, v, mask=None):\n"
+            "    q, k, v = (torch.as_tensor(a) for a in (q, k, v))\n"
+            "    m = None if mask is None else torch.as_tensor(mask)\n"
+            "    out = torch.ops.aten.scaled_dot_product_attention(q, k, v, m)\n"
+            "    s = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5\n"
+            "    if m is not None:\n"
+            "        s = s.masked_fill(~m, float('-inf'))\n"
+            "    w = torch.nan_to_num(torch.softmax(s, dim=-1))\n"
+            "    return torch.nan_to_num(out).numpy(), w.numpy()\n"
+        ),
+        notes=["torch._softmax (a library function", "aten.scaled_dot_product_attention"],
+        auto=0,
+    ),
+    Submission(
+        "h29_lookup",
+        "answers from a table of the reference's outputs on the shipped hidden cases",
+        softmax=LOOKUP,
+        notes=["uses _ck.get_exercise"],
+        auto=2,  # the hidden cases are drawn per run: the table has none of them
+    ),
+    Submission(
+        "h30_bare_reference",
+        "calls attnlib.attend, plainly, in its solution cell",
+        attend="def attend(q, k, v, mask=None):\n    return attnlib.attend(q, k, v, mask)\n",
+        notes=["uses attnlib.attend (a course reference)"],
+        auto=1,
+    ),
+    Submission(
+        "h31_fifo_log",
+        "replaces the sandbox's kernel.log by a FIFO, so that the grader would block on it",
+        softmax=FIFO_LOG + RIGHT_SOFTMAX,
+        notes=["names 'kernel.log' in a string"],
+    ),
+    Submission(
+        "h32_audit_crash",
+        "an extra cell nested too deep for Python's parser (the audit used to crash on it)",
+        edit=_deep_cell,
+        notes=["the audit could not read this cell (RecursionError)"],
+    ),
+    Submission(
+        "h33_flood",
+        "prints 6 MB in a solution cell",
+        softmax=RIGHT_SOFTMAX + "\n\nfor _ in range(6):\n    print('x' * 2**20)\n",
+        notes=["printed more output than the grader keeps"],
+    ),
+    Submission(
+        "h34_script",
+        "an object whose HTML and JavaScript reprs would run in the feedback page",
+        softmax=XSS + RIGHT_SOFTMAX,
+        notes=["defines Note._repr_html_"],
+    ),
+]
+
 # Honest work the grader must leave alone: full marks (or the points given), no flag.
 HOSTILE.append(
     Submission(
@@ -363,6 +616,12 @@ HONEST = [
             "    return e / e.sum(axis=-1, keepdims=True)\n\n\n"
             "%timeit -n 1 -r 1 pass\n"
         ),
+        points=3,
+    ),
+    Submission(
+        "ok_checkpoints",
+        "hands in Jupyter's autosave folder beside the notebook (never given to the kernel)",
+        files={".ipynb_checkpoints/01_fixture-checkpoint.ipynb": "{}"},
         points=3,
     ),
     Submission(

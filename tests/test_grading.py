@@ -1,19 +1,27 @@
 """The real nbgrader flow, in the sandbox: release, exchange, autograde, export, feedback.
 
-ONE course folder holds the two fixture lessons (tests/nbfixtures.py: softmax 1 point +
-attend 2 points; causal_mask 1 + padding_mask 1) and a copy of every graded lesson in
-notebooks/. Into it go: the hostile and honest submissions of tests/hostile.py, the old
-scenarios (edited and deleted test cells, an interrupt-swallowing loop, unreadable JSON),
+ONE course folder holds the three fixture lessons (tests/nbfixtures.py: softmax 1 point +
+attend 2 points; causal_mask 1 + padding_mask 1; decode_step in two parts of 1 point) and
+a copy of every graded lesson in notebooks/. Into it go: the hostile and honest submissions
+of tests/hostile.py, the old scenarios (edited and deleted test cells, an
+interrupt-swallowing loop, unreadable JSON), an exercise with one of its two parts right,
 two learners who go through nbgrader's exchange (release_assignment -> fetch -> submit ->
 collect -> autograde -> generate_feedback -> release_feedback -> fetch_feedback), and the
 instructor version and untouched release of every real lesson. ONE ``autograde`` run
-grades them all, two at a time, each kernel in its own bubblewrap sandbox.
+grades them all, two at a time, each kernel in its own bubblewrap sandbox; the fixture
+prints how long each phase took ("grading fixture phases") and autograde the class's time.
+
+Time: each submission costs a kernel start in its sandbox (torch and attnlib imported) plus
+its lesson's run; the kernel is killed as soon as it is done (no graceful shutdown wait),
+the largest notebooks go first, and the fixture lessons' cells have a 10 s limit (the two
+submissions that never finish a cell cost about two limits each, not two 30 s ones).
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import shutil
 import sys
@@ -148,6 +156,14 @@ def _scenarios(course: Path, notebooks: Path) -> None:
         if sub.edit is not None:
             sub.edit(nb)
         _submit(course, sub.student, A, nb)
+        folder = course / "submitted" / sub.student / A  # what is handed in beside it
+        for rel, text in sub.files.items():
+            (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+            (folder / rel).write_text(text)
+        for name, target in sub.links.items():
+            (folder / name).symlink_to(_fill(target, fill))
+        for name in sub.fifos:
+            os.mkfifo(folder / name)
 
 
 def _fill(source: str, values: dict) -> str:
@@ -407,6 +423,17 @@ def test_a_hostile_submission_earns_nothing_and_is_flagged(graded, sub):
     assert row["needs_review"] == "yes"
     for needle in sub.notes:
         assert needle in row["notes"], (sub.what, needle, row["notes"])
+    if sub.auto is not None:  # the autograder's own number, kept for the reviewer
+        report = json.loads((graded.course / gradebook.REPORT_NAME).read_text())
+        assert report[A][sub.student]["auto_score"] == sub.auto, (sub.what, row["notes"])
+
+
+def test_no_output_a_browser_would_run_reaches_staff_or_learners(graded):
+    nb = graded.autograded("h34_script", A)
+    kinds = {k for c in nb.cells for o in c.get("outputs", []) for k in o.get("data", {})}
+    assert kinds <= {"text/plain", "image/png", "image/jpeg"}, kinds
+    html = (graded.course / "feedback" / "h34_script" / A / f"{A}.html").read_text()
+    assert "<script>document.title" not in html and "<b>ready</b>" not in html
 
 
 @pytest.mark.parametrize("sub", HONEST, ids=[s.student for s in HONEST])

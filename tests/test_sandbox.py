@@ -309,3 +309,233 @@ def test_grading_without_a_sandbox_says_so_on_every_row(tmp_path):
     for row in rows.values():
         assert row["sandbox"] == gradebook.UNSAFE
         assert "WITHOUT a sandbox" in row["notes"]
+
+
+# ---- what the red team found (tests/hostile.py replays each through nbgrader) -------------
+
+
+def test_a_submission_is_walked_without_following_links(tmp_path):
+    sub = tmp_path / "sub"
+    (sub / "attnlib").mkdir(parents=True)
+    (sub / "01_x.ipynb").write_text("{}")
+    (sub / "attnlib" / "__init__.py").write_text("x = 1")
+    (sub / ".ipynb_checkpoints").mkdir()
+    (sub / ".ipynb_checkpoints" / "01_x-checkpoint.ipynb").write_text("{}")
+    refuse, review = sandbox.inspect_submission(sub)
+    assert refuse == []
+    assert review == [
+        "a folder 'attnlib/' was handed in beside the notebook",
+        "a file 'attnlib/__init__.py' was handed in beside the notebook",
+    ]
+    (sub / "x_shadow").symlink_to("/etc/shadow")
+    os.mkfifo(sub / "pipe.npy")
+    refuse, _ = sandbox.inspect_submission(sub)
+    assert refuse == [
+        "'pipe.npy' is not a regular file (a FIFO, device or socket)",
+        "'x_shadow' is a symbolic link (to '/etc/shadow')",
+    ]
+
+
+def test_only_the_notebook_reaches_the_sandbox(box, tmp_path):
+    sub = tmp_path / "sub"
+    (sub / "attnlib").mkdir(parents=True)
+    (sub / "01_x.ipynb").write_text("{}")
+    (sub / "attnlib" / "__init__.py").write_text("raise SystemExit('shadowed')")
+    (sub / "other.ipynb").symlink_to(tmp_path / "elsewhere.ipynb")
+    (tmp_path / "elsewhere.ipynb").write_text("secret")
+    box.fill_work(sub)
+    assert sorted(p.name for p in box.work.iterdir()) == ["01_x.ipynb"]
+
+
+@needs_sandbox
+def test_the_working_folder_is_not_on_sys_path_in_the_sandbox(box):
+    (box.work / "attnlib").mkdir()
+    (box.work / "attnlib" / "__init__.py").write_text("raise SystemExit('shadowed')")
+    out = _run_inside(
+        box,
+        "import json, os, sys\nimport attnlib\n"
+        "print(json.dumps({'file': attnlib.__file__, 'path': sys.path, 'cwd': os.getcwd()}))",
+    )
+    assert out["file"].startswith(str(ROOT / "attnlib")) or "site-packages" in out["file"]
+    assert "" not in out["path"] and out["cwd"] not in out["path"]
+    assert sandbox.command(["x"], box)[-1] == "x"
+    assert "PYTHONSAFEPATH" in sandbox.command(["x"], box)
+
+
+def test_a_course_under_tmp_is_bound_but_the_sandboxes_own_folders_are_not(monkeypatch):
+    fake = [Path("/tmp/course-checkout/attnlib"), Path("/tmp/kv-sbx-abc/attnlib")]
+    monkeypatch.setattr(sandbox, "_package_dirs", lambda: fake)
+    monkeypatch.setattr(Path, "exists", lambda self: True)
+    paths = sandbox.readonly_paths()
+    assert Path("/tmp/course-checkout/attnlib") in paths
+    assert Path("/tmp/kv-sbx-abc/attnlib") not in paths and Path("/tmp") not in paths
+
+
+def test_a_fifo_in_place_of_the_kernel_log_does_not_block_the_grader():
+    ex = gradebook.ResilientExecute()
+    ex._box = sandbox.Sandbox()
+    try:
+        (ex._box.run / "kernel.log").unlink(missing_ok=True)
+        os.mkfifo(ex._box.run / "kernel.log")
+        ex._log_kernel_output()  # returns at once (it used to wait for a writer forever)
+    finally:
+        ex._box.cleanup()
+
+
+def test_a_forged_manifest_is_refused_before_its_arrays_are_read(exchange):
+    grading.write_inputs("softmax", exchange)
+    grading.record("softmax", good_softmax, exchange)
+    folder = exchange / "out" / "softmax"
+    manifest = json.loads((folder / "manifest.json").read_text())
+    n = len(manifest["outputs"])
+    one = manifest["outputs"][0]
+    for outputs, why in (
+        ([one] * 40, "40 results for"),  # too many: refused before any array is read
+        ([one] * n, "named twice"),  # the right count, one file named again and again
+    ):
+        (folder / "manifest.json").write_text(json.dumps({**manifest, "outputs": outputs}))
+        verdict = grading.judge("softmax", exchange)
+        assert not verdict.ok and verdict.review and why in verdict.message, verdict.message
+    big = np.zeros(grading.MAX_FILE_BYTES // 8 - 64)
+    for i in range(3):
+        np.save(folder / f"{i}.npy", big)
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    verdict = grading.judge("softmax", exchange)
+    assert not verdict.ok and "larger than the grader reads" in verdict.message
+
+
+def test_hidden_inputs_are_drawn_per_run_and_judged_on_the_same_draw(exchange):
+    import pickle
+
+    grading.write_inputs("softmax", exchange)
+    first = pickle.loads((exchange / "in" / "softmax.pkl").read_bytes())["cases"]
+    grading.record("softmax", good_softmax, exchange)
+    assert grading.judge("softmax", exchange).ok
+    grading.write_inputs("softmax", exchange)
+    second = pickle.loads((exchange / "in" / "softmax.pkl").read_bytes())["cases"]
+    shipped = grading.fresh_core().get_exercise("softmax").cases(hidden=True)
+    assert len(first) == len(second) == len(shipped)
+    differ = [not np.array_equal(a[0][0], b[0][0]) for a, b in zip(first, second, strict=True)]
+    assert any(differ)  # the hidden ones changed (the visible ones did not)
+    assert any(not np.array_equal(a[0][0], c.args[0]) for a, c in zip(second, shipped, strict=True))
+
+
+def _observed(exercise, fn):
+    core = grading.fresh_core()
+    cases = [(c.args, c.kwargs) for c in core.get_exercise(exercise).cases(hidden=True)]
+    return grading.observe(fn, cases, grading._Watch(grading.refused_calls(exercise)))
+
+
+def test_hiding_a_call_from_the_profiling_hook_is_tampering():
+    import attnlib
+
+    off = sys.setprofile  # (a01 spelled it getattr(sys, "setprofile"): the same object)
+
+    def toggled(x):
+        hook = sys.getprofile()
+        off(None)
+        try:
+            return attnlib.softmax(x)
+        finally:
+            off(hook)
+
+    def threaded(x):
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(1) as pool:
+            return pool.submit(attnlib.softmax, x).result()
+
+    obs = _observed("softmax", toggled)
+    assert obs.calls == [] and "sys.setprofile" in " ".join(obs.tampering)
+    obs = _observed("softmax", threaded)
+    assert "threading.Thread.start" in " ".join(obs.tampering)
+    honest = _observed("softmax", good_softmax)
+    assert honest.calls == [] and honest.tampering == []
+
+
+def test_torch_internals_that_do_the_exercise_are_refused_by_what_runs():
+    import torch
+
+    def private(x):
+        return torch._softmax(torch.as_tensor(x), -1, False).numpy()
+
+    def aten(x):
+        return torch.ops.aten._softmax.default(torch.as_tensor(x), -1, False).numpy()
+
+    assert _observed("softmax", private).calls == ["torch._softmax"]
+    assert _observed("softmax", aten).calls == ["torch.ops.aten._softmax"]
+
+    def sdpa(q, k, v, mask=None):
+        q, k, v = (torch.as_tensor(a) for a in (q, k, v))
+        m = None if mask is None else torch.as_tensor(mask)
+        out = torch.ops.aten.scaled_dot_product_attention(q, k, v, m)
+        s = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+        if m is not None:
+            s = s.masked_fill(~m, float("-inf"))
+        return out.numpy(), torch.softmax(s, -1).numpy()
+
+    assert _observed("attend", sdpa).calls == ["torch.ops.aten.scaled_dot_product_attention"]
+
+
+def test_the_audit_survives_cells_it_cannot_parse_and_baselines_per_cell():
+    deep = "if False:\n    y = x" + ".a" * 3000 + "\n"
+    assert gradebook.audit_cells([deep], set()) == [
+        ["the audit could not read this cell (RecursionError): a person must"]
+    ]
+    # 03_attention's demo cells use attnlib.attend; a solution cell that does is reported
+    import nbformat
+
+    lesson = ROOT / "notebooks" / "03_attention.ipynb"
+    nb = nbformat.read(lesson, as_version=4)
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == "l03-attend-solution":
+            cell.source = (
+                "def attend(q, k, v, mask=None):\n    return attnlib.attend(q, k, v, mask)\n"
+            )
+    path = ROOT / "build" / "test_sandbox_baseline.ipynb"
+    path.parent.mkdir(exist_ok=True)
+    try:
+        nbformat.write(nb, path)
+        assert gradebook.audit_notebook(path, lesson) == [
+            "l03-attend-solution: uses attnlib.attend (a course reference)"
+        ]
+        assert gradebook.audit_notebook(lesson, lesson) == []
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def test_a_submission_missing_from_the_report_is_not_graded():
+    class Sub:
+        score, late_submission_penalty, timestamp, needs_manual_grade = 3.0, 0.0, "", False
+
+    class Book:
+        assignments = [type("A", (), {"name": "01_x", "duedate": None, "max_score": 3.0})]
+        students = [type("S", (), {"id": "s", "last_name": "", "first_name": "", "email": ""})]
+
+        def find_submission(self, a, s):
+            return Sub()
+
+    (row,) = gradebook._csv_rows(Book(), {})
+    assert (row["status"], row["needs_review"], row["score"]) == ("NOT GRADED", "yes", "")
+
+
+def test_outputs_a_browser_would_run_are_dropped():
+    import nbformat
+
+    from attnlib.course.safe_outputs import SafeOutputs
+
+    cell = nbformat.v4.new_code_cell("Note()")
+    cell.outputs = [
+        nbformat.v4.new_output(
+            "execute_result",
+            data={"text/html": "<script>x()</script>", "application/javascript": "x()"},
+        ),
+        nbformat.v4.new_output("display_data", data={"text/plain": "t", "image/png": "iVBO"}),
+    ]
+    md = nbformat.v4.new_markdown_cell("hi <img src=x onerror=alert(1)>")
+    for c in (cell, md):
+        SafeOutputs().preprocess_cell(c, {}, 0)
+    assert list(cell.outputs[0].data) == ["text/plain"]
+    assert "removed by the grader" in cell.outputs[0].data["text/plain"]
+    assert dict(cell.outputs[1].data) == {"text/plain": "t", "image/png": "iVBO"}
+    assert "<img" not in md.source and "&lt;img" in md.source

@@ -27,6 +27,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
+def _quiet_warnings() -> None:
+    import warnings
+
+    warnings.filterwarnings("ignore", message="Object of type")  # nbgrader's SQLAlchemy use
+    warnings.filterwarnings("ignore", message="Cell is missing an id field")
+
+
 def _load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -79,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--unsafe-no-sandbox", action="store_true")
     p.add_argument("--timeout", type=int, default=60, help="seconds per cell")
     args = p.parse_args(argv)
+    _quiet_warnings()
     sandbox = "NONE (--unsafe-no-sandbox)" if args.unsafe_no_sandbox else "bubblewrap"
     for jobs in args.jobs or [1, 2]:
         r = grade_class(args.lesson, args.learners, jobs, args.unsafe_no_sandbox, args.timeout)

@@ -149,8 +149,66 @@ class Exercise:
     def cases(self, *, hidden: bool = False) -> list[Case]:
         cases = list(self.make_cases())
         if hidden and self.make_hidden_cases is not None:
-            cases += list(self.make_hidden_cases())
+            with _reseeded(_HIDDEN_SEED[0]):
+                cases += list(self.make_hidden_cases())
         return cases
+
+
+# The grader's seed for hidden cases (None: the seeds written in the exercises). Hidden
+# cases ship with the course, so with their own seeds a notebook could compute the
+# reference's answers ahead of time; the grader draws a seed per run and per exercise
+# (attnlib.checks.grading.write_inputs) and builds the same cases again to judge them.
+_HIDDEN_SEED: list[int | None] = [None]
+
+
+@contextlib.contextmanager
+def hidden_seed(seed: int | None):
+    """Within this block, every exercise's hidden cases are drawn with ``seed`` mixed in."""
+    saved = _HIDDEN_SEED[0]
+    _HIDDEN_SEED[0] = seed
+    try:
+        yield
+    finally:
+        _HIDDEN_SEED[0] = saved
+
+
+@contextlib.contextmanager
+def _reseeded(seed: int | None):
+    """While hidden cases are built: ``np.random.default_rng(s)`` and
+    ``torch.Generator().manual_seed(s)`` with an integer ``s`` draw from ``(s, seed)``.
+
+    Generic, so that no exercise's builder has to change: the shapes and constructions of
+    the hidden cases stay, their random numbers change with the grader's seed.
+    """
+    if seed is None:
+        yield
+        return
+    np_rng, torch_gen = np.random.default_rng, torch.Generator
+
+    def default_rng(s=None):
+        if isinstance(s, (int, np.integer)) and not isinstance(s, bool):
+            return np_rng([int(s) & 0xFFFFFFFF, seed & 0xFFFFFFFF])
+        return np_rng(s)
+
+    class _Gen:
+        def __new__(cls, *args, **kwargs):
+            gen = torch_gen(*args, **kwargs)
+            real = gen.manual_seed
+
+            class Seeded:
+                def manual_seed(self, s):
+                    return real((int(s) * 1_000_003 + seed) % 2**63)
+
+                def __getattr__(self, name):
+                    return getattr(gen, name)
+
+            return Seeded()
+
+    np.random.default_rng, torch.Generator = default_rng, _Gen
+    try:
+        yield
+    finally:
+        np.random.default_rng, torch.Generator = np_rng, torch_gen
 
 
 _REGISTRY: dict[str, Exercise] = {}

@@ -43,10 +43,12 @@ import json
 import os
 import pickle
 import re
+import secrets
 import shutil
 import stat
 import sys
 import sysconfig
+import threading
 import types
 import warnings
 from collections.abc import Callable
@@ -79,6 +81,13 @@ SCANNED_MODULES = (
     "torch",
     "torch.testing",
     "torch.nn.functional",
+    # what record() itself uses to write its report (it keeps private references too)
+    "os",
+    "json",
+    "pathlib",
+    "shutil",
+    "pickle",
+    "threading",
 )
 # Names IPython rebinds as it runs cells (still checked for where they come from).
 _VOLATILE = {
@@ -180,6 +189,8 @@ def snapshot() -> int:
     :func:`tampering` can tell a replaced name even when the replacement is another
     installed function (``np.isclose = np.equal``).
     """
+    global _KERNEL_THREADS
+    _KERNEL_THREADS = {t.ident for t in threading.enumerate()}
     _SNAPSHOT.clear()
     for name, space in _scanned_namespaces():
         for attr, obj in _namespace(space).items():
@@ -273,6 +284,16 @@ def _tamper_error(exercise: str, problems: list[str]) -> AssertionError:
 _SOFTMAX_EQUIVALENTS = (
     "torch.softmax",
     "torch.log_softmax",
+    "torch._softmax",
+    "torch._log_softmax",
+    "torch.ops.aten.softmax",
+    "torch.ops.aten._softmax",
+    "torch.ops.aten.log_softmax",
+    "torch.ops.aten._log_softmax",
+    "torch.ops.aten.special_softmax",
+    "torch.ops.aten.special_log_softmax",
+    "torch._C._nn.softmax",
+    "torch._C._nn.log_softmax",
     "torch.special.softmax",
     "torch.special.log_softmax",
     "torch.nn.functional.softmax",
@@ -285,6 +306,14 @@ _SOFTMAX_EQUIVALENTS = (
 )
 _ATTENTION_EQUIVALENTS = (
     "torch.nn.functional.scaled_dot_product_attention",
+    "torch.ops.aten.scaled_dot_product_attention",
+    "torch.ops.aten._scaled_dot_product_attention_math",
+    "torch.ops.aten._scaled_dot_product_flash_attention",
+    "torch.ops.aten._scaled_dot_product_flash_attention_for_cpu",
+    "torch.ops.aten._scaled_dot_product_efficient_attention",
+    "torch.ops.aten._scaled_dot_product_cudnn_attention",
+    "torch.ops.aten._native_multi_head_attention",
+    "torch._native_multi_head_attention",
     "torch.nn.functional.multi_head_attention_forward",
     "torch.nn.MultiheadAttention.forward",
 )
@@ -383,7 +412,12 @@ class _Watch:
         self.codes: dict[tuple, str] = {}
         self.builtins: dict[tuple, str] = {}
         self.methods: list[tuple[type, str, str]] = []
+        self.ops: dict[str, str] = {}  # torch.ops.aten.X: by the operator's name
         for dotted in refused:
+            if dotted.startswith("torch.ops."):
+                ns, _, op = dotted.removeprefix("torch.ops.").partition(".")
+                self.ops[f"{ns}::{op}"] = dotted
+                continue
             obj = _resolve(dotted, importer)
             if obj is None:
                 continue
@@ -402,11 +436,16 @@ class _Watch:
                 self.builtins[(id(owner) if owner is not None else None, obj.__name__)] = dotted
 
     def __bool__(self) -> bool:
-        return bool(self.codes or self.builtins or self.methods)
+        return bool(self.codes or self.builtins or self.methods or self.ops)
 
     def seen(self, event: str, frame, arg) -> str | None:
         if event == "call":
-            return self.codes.get(_code_key(frame.f_code))
+            code = frame.f_code
+            if self.ops and code in _OP_CALLS:  # torch.ops.aten.X(...) / X.default(...)
+                op = frame.f_locals.get("self")
+                name = getattr(op, "_qualified_op_name", None) or getattr(op, "_name", None)
+                return self.ops.get(str(name))
+            return self.codes.get(_code_key(code))
         if event == "c_call":
             owner = getattr(arg, "__self__", None)
             name = getattr(arg, "__name__", None)
@@ -432,6 +471,8 @@ _ndarray = np.ndarray
 _tensor = torch.Tensor
 _TensorBase = torch._C.TensorBase  # C methods: cannot be replaced from Python
 _getprofile, _setprofile = sys.getprofile, sys.setprofile
+_thread_setprofile = threading.setprofile
+_enumerate_threads, _Thread = threading.enumerate, threading.Thread
 _redirect_stdout, _redirect_stderr = contextlib.redirect_stdout, contextlib.redirect_stderr
 _catch_warnings, _simplefilter, _errstate = (
     warnings.catch_warnings,
@@ -439,6 +480,71 @@ _catch_warnings, _simplefilter, _errstate = (
     np.errstate,
 )
 _StringIO = io.StringIO
+# What record() uses after the learner's function ran, bound now: a notebook that replaces
+# json.dumps, np.save, open or a Path method does not change what record() writes.
+_dumps = json.dumps
+_np_save, _ascontiguous = np.save, np.ascontiguousarray
+_open = open
+_os_open, _os_close, _os_write = os.open, os.close, os.write
+_os_mkdir, _os_path_isfile, _rmtree = os.mkdir, os.path.isfile, shutil.rmtree
+_pickle_load = pickle.load
+_type, _len = type, len
+
+# Calls that move work out of the profiling hook's sight: switching the hook off (or a
+# trace function on), starting a thread or a process. Seen as they are made, during the
+# observed call: the hook sees the call of setprofile itself before it takes effect.
+_HIDING_BUILTINS = {
+    ("sys", "setprofile"),
+    ("sys", "settrace"),
+    ("_thread", "start_new_thread"),
+    ("_thread", "start_joinable_thread"),
+    ("posix", "fork"),
+    ("posix", "forkpty"),
+    ("posix", "posix_spawn"),
+    ("posix", "posix_spawnp"),
+    ("posix", "system"),
+    ("posix", "execv"),
+    ("posix", "execve"),
+    ("_posixsubprocess", "fork_exec"),
+}
+_HIDING_CODES = {
+    threading.setprofile.__code__: "threading.setprofile",
+    threading.settrace.__code__: "threading.settrace",
+    threading.Thread.start.__code__: "threading.Thread.start",
+}
+_OP_CALLS = frozenset(
+    vars(cls)["__call__"].__code__
+    for cls in (torch._ops.OpOverloadPacket, torch._ops.OpOverload)
+    if "__call__" in vars(cls)
+)
+_THREAD_START = threading.Thread.start.__code__
+_KERNEL_THREADS: set[int] | None = None  # threads alive when the kernel started (snapshot)
+
+
+def _own_thread(t) -> bool:
+    """A thread of the notebook's: a plain ``Thread`` (any target, thread pools too) or one
+    of a class defined in the notebook; an installed library's own subclass (tqdm's
+    monitor, IPython's history saver) is not."""
+    cls = _type(t)
+    return cls is _Thread or _untrusted(cls) is not None
+
+
+def _foreign_threads() -> list[str]:
+    """Threads the notebook started that are still alive (work the hook would not see).
+
+    A thread alive since the kernel started (ipykernel's own) is fine, and so is one of
+    an installed library's own Thread classes (tqdm's monitor); a plain ``Thread`` or one
+    of a class defined in the notebook, started since, is not.
+    """
+    if _KERNEL_THREADS is None:
+        return []
+    found = []
+    for t in _enumerate_threads():
+        if t.ident in _KERNEL_THREADS or t is threading.main_thread():
+            continue
+        if _own_thread(t):
+            found.append(t.name)
+    return found
 
 
 class Raised:
@@ -471,22 +577,44 @@ def observe(fn: Callable, cases: list[tuple[tuple, dict]], watch: _Watch) -> Obs
     """Call ``fn`` on a copy of each case's inputs; keep outputs, refused calls, hook changes.
 
     Whatever ``fn`` prints is kept out of the cell (stdout and stderr are redirected),
-    warnings are silenced, numpy's floating-point errors ignored.
+    warnings are silenced, numpy's floating-point errors ignored. The hook is also set for
+    threads started during the call; switching it off, starting a thread or a process,
+    or a thread of the notebook's alive during the call, are tampering.
     """
     obs = Observation()
     seen: set[str] = set()
+    hiding: set[str] = set()
+    own = observe.__code__
 
     def profiler(frame, event, arg):
+        if event == "c_call":
+            owner = getattr(arg, "__self__", None)
+            key = (getattr(owner, "__name__", None), getattr(arg, "__name__", None))
+            if key in _HIDING_BUILTINS and frame.f_code is not own:
+                if frame.f_code is not _THREAD_START:  # (judged at Thread.start's call)
+                    hiding.add(".".join(str(k) for k in key))
+        elif event == "call" and frame.f_code in _HIDING_CODES:
+            back = frame.f_back
+            if back is None or back.f_code is not own:
+                if frame.f_code is not _THREAD_START or _own_thread(frame.f_locals.get("self")):
+                    hiding.add(_HIDING_CODES[frame.f_code])
         hit = watch.seen(event, frame, arg)
         if hit is not None:
             seen.add(hit)
 
     previous = _getprofile()
     for args, kwargs in cases:
+        threads = _foreign_threads() if watch else []
+        if threads:
+            obs.tampering.append(
+                f"threads started by the notebook were running during the hidden cases "
+                f"({', '.join(threads[:3])}): their work is not seen"
+            )
         args = tuple(_copy(a) for a in args)
         kwargs = {k: _copy(v) for k, v in kwargs.items()}
         sink = _StringIO()
         hook = profiler if watch else previous
+        _thread_setprofile(hook if watch else None)
         _setprofile(hook)
         try:
             with _redirect_stdout(sink), _redirect_stderr(sink), _catch_warnings():
@@ -498,9 +626,16 @@ def observe(fn: Callable, cases: list[tuple[tuple, dict]], watch: _Watch) -> Obs
         finally:
             changed = watch and _getprofile() is not hook
             _setprofile(previous)
+            _thread_setprofile(None)
         if changed:
             obs.tampering.append("the function replaced the interpreter's profiling hook")
         obs.outputs.append(out)
+    if hiding:
+        obs.tampering.append(
+            "the function called "
+            + ", ".join(sorted(hiding))
+            + " (the profiling hook, a thread or a process): what it ran there is not seen"
+        )
     obs.calls = sorted(seen)
     obs.tampering = list(dict.fromkeys(obs.tampering))
     return obs
@@ -509,7 +644,26 @@ def observe(fn: Callable, cases: list[tuple[tuple, dict]], watch: _Watch) -> Obs
 # ---- plain-data encoding (kernel -> grader): JSON and .npy, never pickle ------------------
 
 MANIFEST = "manifest.json"
-MAX_FILE_BYTES = 256 * 2**20
+MAX_FILE_BYTES = 64 * 2**20  # one output array
+MAX_EXERCISE_BYTES = 128 * 2**20  # all the arrays of one exercise's hidden cases
+MAX_MANIFEST_BYTES = 2**20
+
+
+class _Budget:
+    """Bytes the grader may still read for one exercise; every file at most once."""
+
+    def __init__(self, left: int):
+        self.left, self.names = left, set()
+
+    def take(self, name: str, size: int) -> None:
+        if name in self.names:
+            raise ValueError(f"{name} is named twice")
+        self.names.add(name)
+        self.left -= size
+        if self.left < 0:
+            raise ValueError("the outputs are larger than the grader reads")
+
+
 _NAME_OK = re.compile(r"[^A-Za-z0-9_.]")
 
 
@@ -542,9 +696,9 @@ def _encode(value, folder: Path, files: list[int], depth: int = 0) -> dict:
             dtype, arr = str(value.dtype), value
         if arr.dtype.kind not in "biuf":
             return {"t": "other", "name": f"{kind} of dtype {_clean_name(arr.dtype)}"}
-        name = f"{len(files)}.npy"
+        name = f"{_len(files)}.npy"
         files.append(1)
-        np.save(folder / name, np.ascontiguousarray(arr), allow_pickle=False)
+        _np_save(str(folder) + "/" + name, _ascontiguous(arr), allow_pickle=False)
         return {"t": kind, "f": name, "dtype": dtype}
     if type(value) in (tuple, list) and depth == 0:
         items = [_encode(v, folder, files, depth + 1) for v in value]
@@ -574,7 +728,7 @@ def _open_inside(root: Path, parts: list[str]) -> int:
         raise
 
 
-def _decode(entry: dict, root: Path, sub: list[str], depth: int = 0):
+def _decode(entry: dict, root: Path, sub: list[str], depth: int = 0, budget=None):
     t = entry.get("t")
     if t == "raised":
         return Raised(_clean_name(entry.get("name", "Exception")), "")
@@ -587,7 +741,14 @@ def _decode(entry: dict, root: Path, sub: list[str], depth: int = 0):
             raise ValueError("bad number")
         return kind(v)
     if t in ("ndarray", "tensor"):
-        fd = _open_inside(root, [*sub, str(entry.get("f"))])
+        name = str(entry.get("f"))
+        fd = _open_inside(root, [*sub, name])
+        if budget is not None:
+            try:
+                budget.take(name, os.fstat(fd).st_size)
+            except ValueError:
+                os.close(fd)
+                raise
         with os.fdopen(fd, "rb") as fh:
             arr = np.load(fh, allow_pickle=False)
         if type(arr) is not _ndarray or arr.dtype.kind not in "biuf":
@@ -598,7 +759,7 @@ def _decode(entry: dict, root: Path, sub: list[str], depth: int = 0):
         dtype = getattr(torch, str(entry.get("dtype", "")).removeprefix("torch."), None)
         return out.to(dtype) if isinstance(dtype, torch.dtype) else out
     if t in ("tuple", "list") and depth == 0:
-        items = [_decode(e, root, sub, depth + 1) for e in entry.get("items", [])]
+        items = [_decode(e, root, sub, depth + 1, budget) for e in entry.get("items", [])[:16]]
         return tuple(items) if t == "tuple" else items
     if t == "other":
         return type(_clean_name(entry.get("name", "object")), (), {})()
@@ -613,6 +774,8 @@ def _decode(entry: dict, root: Path, sub: list[str], depth: int = 0):
 # In the sandbox, in/ belongs to root and is read-only for the kernel; out/ is the kernel's.
 
 EXCHANGE_ENV = "KEY_VECTORS_GRADING_EXCHANGE"
+# Grader side: the seed of the hidden cases last written for (exchange folder, exercise).
+_SEEDS: dict[tuple[str, str], int] = {}
 
 
 def exchange_folder() -> Path | None:
@@ -623,8 +786,10 @@ def exchange_folder() -> Path | None:
 
 def write_inputs(exercise: str, exchange: Path) -> int:
     """Grader side: put the inputs of every case of ``exercise`` where record() finds them."""
-    ex = _import(f"{_PACKAGE}.checks._core").get_exercise(exercise)
-    cases = ex.cases(hidden=True)
+    core = _import(f"{_PACKAGE}.checks._core")
+    seed = _SEEDS[(str(exchange), exercise)] = secrets.randbits(32)
+    with core.hidden_seed(seed):  # drawn now: no table made in advance has these inputs
+        cases = core.get_exercise(exercise).cases(hidden=True)
     data = {
         "exercise": exercise,
         "cases": [(c.args, c.kwargs) for c in cases],
@@ -650,18 +815,19 @@ def record(exercise: str, fn: Callable, exchange: Path) -> bool:
     Returns False (and does nothing) when the grader has not asked for this exercise
     now — for example when a learner calls ``check_hidden`` in a cell of their own.
     """
-    source = Path(exchange) / "in" / f"{exercise}.pkl"
-    if not source.is_file():
+    source = f"{exchange}/in/{exercise}.pkl"
+    if not _os_path_isfile(source):
         return False
-    with open(source, "rb") as fh:
-        data = pickle.load(fh)  # written by the grader: trusted in this direction
+    with _open(source, "rb") as fh:
+        data = _pickle_load(fh)  # written by the grader: trusted in this direction
     if not callable(fn):
         raise TypeError(f"check_hidden({exercise!r}, fn): fn must be a function")
     obs = observe(fn, data["cases"], _Watch(data["refused"]))
-    folder = Path(exchange) / "out" / exercise
-    if folder.exists():
-        shutil.rmtree(folder)
-    folder.mkdir(parents=True)
+    # From here on only what was bound when this module was imported (the learner's
+    # function has run and may have replaced json.dumps, np.save, Path methods...).
+    folder = f"{exchange}/out/{exercise}"
+    _rmtree(folder, ignore_errors=True)
+    _os_mkdir(folder)
     files: list[int] = []
     manifest = {
         "exercise": exercise,
@@ -669,7 +835,11 @@ def record(exercise: str, fn: Callable, exchange: Path) -> bool:
         "calls": obs.calls,
         "tampering": [*tampering(), *obs.tampering],
     }
-    (folder / MANIFEST).write_text(json.dumps(manifest))
+    fd = _os_open(f"{folder}/{MANIFEST}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        _os_write(fd, _dumps(manifest).encode("utf-8"))
+    finally:
+        _os_close(fd)
     return True
 
 
@@ -743,6 +913,11 @@ def judge(exercise: str, exchange: Path) -> Verdict:
     """Grader side: read what the kernel wrote for ``exercise`` and decide, as plain data."""
     root = Path(exchange)
     sub = ["out", exercise]
+    with _import(f"{_PACKAGE}.checks._core").hidden_seed(_SEEDS.get((str(exchange), exercise))):
+        return _judge(exercise, root, sub)
+
+
+def _judge(exercise: str, root: Path, sub: list[str]) -> Verdict:
     try:
         fd = _open_inside(root, [*sub, MANIFEST])
     except FileNotFoundError:
@@ -757,8 +932,13 @@ def judge(exercise: str, exchange: Path) -> Verdict:
         return Verdict(exercise, False, f"✘ {exercise}: {TAMPER_TAG} bad outputs ({err})", True)
     try:
         with os.fdopen(fd, "rb") as fh:
-            manifest = json.loads(fh.read().decode("utf-8"))
-        outputs = [_decode(e, root, sub) for e in manifest["outputs"]]
+            manifest = json.loads(fh.read(MAX_MANIFEST_BYTES + 1).decode("utf-8"))
+        entries = manifest["outputs"]
+        n = len(_import(f"{_PACKAGE}.checks._core").get_exercise(exercise).cases(hidden=True))
+        if type(entries) is not list or len(entries) != n:  # before reading any array
+            raise ValueError(f"{len(entries)} results for {n} cases")
+        budget = _Budget(MAX_EXERCISE_BYTES)
+        outputs = [_decode(e, root, sub, budget=budget) for e in entries]
         calls = [str(c) for c in manifest.get("calls", [])][:50]
         problems = [str(p)[:300] for p in manifest.get("tampering", [])][:20]
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:

@@ -87,6 +87,7 @@ SOURCE_DIR = Path("build") / "source"
 TIMEOUT_ENAME = "CellTimeoutError"
 DIED_ENAME = "KernelDied"
 RESTART_ENAME = "KernelRestarted"
+OUTPUT_CAPPED = "[the grader kept no more of this cell's output: it printed more than the limit]"
 TAMPER_TAG = grading.TAMPER_TAG  # in the hidden tests' messages
 REFERENCE_TAG = grading.REFERENCE_TAG
 
@@ -156,6 +157,24 @@ class ResilientExecute(Execute):
     # A graded kernel's state is thrown away: kill it at once rather than wait (~2.5 s per
     # submission) for a graceful exit of the sandboxed process.
     shutdown_kernel = Enum(["graceful", "immediate"], default_value="immediate").tag(config=True)
+    max_output_bytes = Integer(
+        4 * 2**20, help="Bytes of output kept per cell while it runs (errors always kept)"
+    ).tag(config=True)
+
+    def output(self, outs, msg, display_id, cell_index):
+        """nbclient's output handler, with a cap on what one cell may pile up in memory."""
+        if msg.get("msg_type") != "error":
+            content = msg.get("content", {})
+            size = len(str(content.get("text", "")))
+            size += sum(len(str(v)) for v in (content.get("data") or {}).values())
+            used = self._output_bytes.get(cell_index, 0) + size
+            self._output_bytes[cell_index] = used
+            if used > self.max_output_bytes:
+                if used - size <= self.max_output_bytes:  # once per cell
+                    note = f"{OUTPUT_CAPPED} ({self.max_output_bytes // 2**20} MiB)"
+                    outs.append(nbformat.v4.new_output("display_data", data={"text/plain": note}))
+                return None
+        return super().output(outs, msg, display_id, cell_index)
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("kernel_manager_class", SandboxKernelManager)
@@ -163,6 +182,7 @@ class ResilientExecute(Execute):
 
     def preprocess(self, nb, resources=None, km=None):
         self._completed: list[int] = []
+        self._output_bytes: dict[int, int] = {}
         self._started = False
         limits = Limits(memory_bytes=self.memory_limit, cpu_seconds=self.cpu_limit)
         self._box = Sandbox(slot=self.sandbox_slot, limits=limits)
@@ -518,6 +538,19 @@ _WATCHED_MODULES = {
     "nn",
     "testing",
     "scipy",
+    # what the grader's own code in the kernel uses to write its report, and ways around
+    # the profiling hook (threads, processes)
+    "json",
+    "pathlib",
+    "shutil",
+    "pickle",
+    "types",
+    "threading",
+    "_thread",
+    "asyncio",
+    "concurrent",
+    "multiprocessing",
+    "subprocess",
 }
 # Calls that reach around the language (exec and friends) or rebind things by name.
 _SUSPICIOUS_CALLS = {
@@ -532,6 +565,7 @@ _SUSPICIOUS_CALLS = {
     "locals",
     "breakpoint",
     "get_ipython",
+    "get_exercise",  # the checks' registry: the reference and the hidden cases
 }
 _SUSPICIOUS_ATTRS = {
     "settrace",
@@ -574,7 +608,26 @@ _SUSPICIOUS_ATTRS = {
     "excepthook",
     "user_ns",
     "user_global_ns",
+    # the checks' registry: the course's reference and the (hidden) cases of an exercise
+    "get_exercise",
+    "reference",
+    "make_hidden_cases",
+    "make_cases",
+    # work done where the profiling hook does not look (another thread or process)
+    "ThreadPoolExecutor",
+    "ProcessPoolExecutor",
+    "Thread",
+    "start_new_thread",
+    "run_in_executor",
+    "to_thread",
+    "setprofile_all_threads",
+    "settrace_all_threads",
+    "mkfifo",
 }
+# Attribute names that, spelled as a string (getattr(sys, "setprofile")), are a finding.
+_SUSPICIOUS_NAME_STRINGS = {
+    a for a in _SUSPICIOUS_ATTRS if a not in ("events", "modules", "reference", "Thread")
+} | {"fork", "forkpty", "system", "popen", "posix_spawn", "mkfifo", "symlink"}
 _SUSPICIOUS_IMPORTS = {
     "builtins",
     "ctypes",
@@ -668,6 +721,9 @@ _SUSPICIOUS_STRINGS = (
     "sqlite",
     "KEY_VECTORS_GRADING",
     "nbgrader",
+    "kernel.log",
+    "manifest.json",
+    "exchange/",
 )
 # Magics a learner may use in a solution cell (IPython turns them into get_ipython() calls).
 _SAFE_MAGICS = {"time", "timeit", "matplotlib", "precision", "pprint", "who", "whos", "prun"}
@@ -684,6 +740,14 @@ _LYING_DUNDERS = {
     "__getattribute__",
     "__instancecheck__",
     "__subclasscheck__",
+    # reprs a browser would render or run (feedback, formgrader): the grader drops them
+    "_repr_html_",
+    "_repr_javascript_",
+    "_repr_svg_",
+    "_repr_markdown_",
+    "_repr_latex_",
+    "_repr_mimebundle_",
+    "_ipython_display_",
 }
 
 
@@ -698,6 +762,19 @@ def _dotted(node) -> str:
         return ast.unparse(node)
     except Exception:  # noqa: BLE001
         return "?"
+
+
+def _folded_string(node) -> str | None:
+    """A string constant, or a concatenation of them ("mk" + "fifo"); else None."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = node.left, node.right
+        if isinstance(left, (ast.Constant, ast.BinOp)) and isinstance(right, ast.Constant):
+            a, b = _folded_string(left), _folded_string(right)
+            if a is not None and b is not None:
+                return a + b
+    return None
 
 
 def _parse(source: str) -> ast.AST | None:
@@ -893,10 +970,21 @@ def _audit_tree(tree, forbidden: set[str], aliases: _Aliases) -> list[str]:
                 reasons.append(f"uses {_dotted(node)} (a course reference)")
         if isinstance(node, ast.Name) and node.id == "__builtins__":
             reasons.append("uses __builtins__")
-        if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            hits = [s for s in _SUSPICIOUS_STRINGS if s in node.value]
+        text = _folded_string(node)
+        if text is not None:
+            hits = [s for s in _SUSPICIOUS_STRINGS if s in text]
             if hits:
                 reasons.append(f"names {hits[0]!r} in a string")
+            elif text in _SUSPICIOUS_NAME_STRINGS:
+                reasons.append(f"names {text!r} in a string")
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr")
+            and node.args
+            and aliases.refers(node.args[0])
+        ):
+            reasons.append(f"calls {node.func.id}() on {_dotted(node.args[0])}")
         if isinstance(node, ast.ImportFrom) and node.module:
             if node.module.split(".")[0] == "attnlib":
                 used = [a.name for a in node.names if a.name in forbidden or a.name == "*"]
@@ -927,7 +1015,8 @@ def audit_cells(
     trees = [_parse(s) for s in sources]
     aliases = _Aliases()
     try:
-        aliases.collect([t for t in trees if t is not None] + [t for t in map(_parse, context) if t])
+        others = [t for t in map(_parse, context) if t]
+        aliases.collect([t for t in trees if t is not None] + others)
     except RecursionError:
         aliases.names.add("?")  # (each cell is still read below)
     return [_audit_one(t, forbidden, aliases) for t in trees]
@@ -979,20 +1068,29 @@ def audit_notebook(graded: Path, source: Path | None) -> list[str]:
         return [f"the submitted notebook cannot be read: {err}"]
     fixed: set[str] = set()
     exercises: set[str] = set()
+    mine: list = []  # the instructor's code cells that are not solutions
     if source is not None and Path(source).exists():
         src = nbformat.read(source, as_version=4)
-        fixed = {
-            c.source
+        mine = [
+            c
             for c in src.cells
             if c.cell_type == "code"
             and not c.get("metadata", {}).get("nbgrader", {}).get("solution")
-        }
+        ]
+        fixed = {c.source for c in mine}
         for c in src.cells:  # the exercises this lesson checks
             exercises |= set(_CHECK_CALL.findall(c.source))
     forbidden = _forbidden_names(exercises)
     # What the instructor's own cells do (a lesson imports its references for demos) is no
-    # finding when a learner's edited copy of such a cell does it too.
-    baseline = {r for why in audit_cells(sorted(fixed), forbidden) for r in why}
+    # finding when a learner's edited copy of such a cell does it too. A use of a course
+    # reference is excused only in an edited copy of the very cell that has it (matched
+    # by grade_id or cell id, never in a solution cell): elsewhere it is the solution.
+    mine_found = audit_cells([c.source for c in mine], forbidden)
+    own: dict[str, set[str]] = {}
+    for c, why in zip(mine, mine_found, strict=True):
+        for key in _cell_keys(c):
+            own.setdefault(key, set()).update(why)
+    baseline = {r for why in mine_found for r in why if _COURSE_REFERENCE not in r}
     code = [c for c in nb.cells if c.cell_type == "code"]
     audited = [c for c in code if c.source not in fixed]
     context = [c.source for c in code if c.source in fixed]
@@ -1000,8 +1098,22 @@ def audit_notebook(graded: Path, source: Path | None) -> list[str]:
     reasons = []
     for cell, why in zip(audited, found, strict=True):
         where = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") or "a learner cell"
-        reasons += [f"{where}: {r}" for r in why if r not in baseline]
+        excused = set().union(*(own.get(k, set()) for k in _cell_keys(cell)))
+        reasons += [f"{where}: {r}" for r in why if r not in baseline and r not in excused]
     return reasons
+
+
+_COURSE_REFERENCE = "(a course reference)"
+
+
+def _cell_keys(cell) -> list[str]:
+    keys = []
+    gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+    if gid:
+        keys.append(f"grade_id:{gid}")
+    if cell.get("id"):
+        keys.append(f"id:{cell.get('id')}")
+    return keys
 
 
 _CHANGED = re.compile(
@@ -1063,6 +1175,9 @@ def _scan_autograded(path: Path, outcome: Outcome) -> None:
             continue
         where = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") or "a cell"
         for out in cell.get("outputs", []):
+            if OUTPUT_CAPPED in str((out.get("data") or {}).get("text/plain", "")):
+                outcome.needs_review = True
+                outcome.notes.append(f"{where}: printed more output than the grader keeps (cut)")
             if out.get("output_type") != "error":
                 continue
             ename, evalue = out.get("ename", ""), str(out.get("evalue", ""))
@@ -1389,7 +1504,8 @@ def autograde(
             known.add(a)
         tasks.append((a, s))
     size = {
-        (a, s): sum(p.stat().st_size for p in (submitted / s / a).glob("*.ipynb")) for a, s in tasks
+        (a, s): sum(p.lstat().st_size for p in (submitted / s / a).glob("*.ipynb"))
+        for a, s in tasks
     }
     tasks.sort(key=lambda t: -size[t])  # stable: ties keep their order
     if timeouts:
@@ -1406,7 +1522,8 @@ def autograde(
             a, s = result["assignment"], result["student"]
             o = Outcome(a, s, status="NOT GRADED", needs_review=True, seconds=result["seconds"])
             o.sandbox = SANDBOXED if sandbox == "bwrap" else UNSAFE
-            o.notes.append(f"the grader failed after nbgrader ran ({type(err).__name__}: {err})"[:400])
+            why = f"{type(err).__name__}: {err}"[:300]
+            o.notes.append(f"the grader failed after nbgrader ran ({why})")
         outcomes.append(o)
         _write_report(course, [o])  # after each one: a stopped run keeps what it graded
         score = "-" if o.score is None else f"{o.score:g}/{o.max_score:g}"

@@ -143,7 +143,9 @@ def readonly_paths() -> list[Path]:
             continue  # already inside a bound folder
         if p == Path("/") or p.parts[1:2] == ("usr",):
             continue  # /usr is bound anyway
-        if p == Path("/tmp") or (p.parent == Path("/tmp") and p.name.startswith(SANDBOX_PREFIX)):
+        if p == Path("/tmp") or (
+            p.parts[1:2] == ("tmp",) and p.parts[2].startswith(SANDBOX_PREFIX)
+        ):
             continue  # the sandboxes' own folders (a course checked out under /tmp is fine)
         out.append(p)
     return out

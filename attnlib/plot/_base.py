@@ -25,7 +25,7 @@ The projector style
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import matplotlib as mpl
 import matplotlib.pyplot as plt
@@ -135,6 +135,25 @@ def series_style(i: int) -> dict:
 def mark_every(n: int, marks: int = 10) -> int:
     """``markevery`` that puts about ``marks`` markers on a line of ``n`` points."""
     return max(1, n // marks)
+
+
+def plot_series(ax, fn: str, x, series: Mapping, *, what: str = "series", **kwargs) -> None:
+    """One line per entry of ``series`` (label -> y of x's shape) in the course's series
+    styles; ``fn`` and ``what`` name the caller and its argument in a shape error.
+    Other keyword arguments go to ``ax.plot``."""
+    for i, (label, ys) in enumerate(series.items()):
+        ys = np.asarray(ys, dtype=float)
+        if ys.shape != x.shape:
+            raise ValueError(f"{fn}: {what} {label!r} has shape {ys.shape}, x has {x.shape}")
+        ax.plot(x, ys, label=label, **kwargs, **series_style(i))  # colour, marker, line style
+
+
+def mark_x(ax, x: float, text: str, *, y: float, ls: str = "--", lw: float = 1.4) -> None:
+    """A vertical line at ``x`` with ``text`` written just right of it at height ``y``."""
+    ax.axvline(x, color="0.2", lw=lw, ls=ls)
+    ax.annotate(
+        text, (x, y), xytext=(5, 0), textcoords="offset points", fontsize=FONT["note"], va="center"
+    )
 
 
 def fit_width(width: float, height: float) -> tuple[float, float]:

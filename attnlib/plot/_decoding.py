@@ -12,6 +12,7 @@ from attnlib.plot._base import (
     course_style,
     mark_every,
     new_axes,
+    plot_series,
     series_style,
 )
 
@@ -42,13 +43,7 @@ def cost_curves(
         raise ValueError(f"cost_curves: x must be 1-D, got shape {xs.shape}")
     ax = new_axes(ax, figsize=(5.6, 3.6))
     with course_style():
-        for i, (label, ys) in enumerate(series.items()):
-            ys = np.asarray(ys, dtype=float)
-            if ys.shape != xs.shape:
-                raise ValueError(
-                    f"cost_curves: series {label!r} has shape {ys.shape}, x has {xs.shape}"
-                )
-            ax.plot(xs, ys, label=label, **series_style(i))  # colour, marker and line style
+        plot_series(ax, "cost_curves", xs, series)
         if logx:
             ax.set_xscale("log", base=2)
         if logy:

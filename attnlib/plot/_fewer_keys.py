@@ -28,7 +28,9 @@ from attnlib.plot._base import (
     fit_width,
     heatmap,
     mark_every,
+    mark_x,
     new_axes,
+    plot_series,
     series_style,
 )
 
@@ -204,38 +206,16 @@ def accuracy_vs_distance(
         raise ValueError(f"accuracy_vs_distance: distances must be 1-D, got shape {d.shape}")
     ax = new_axes(ax, figsize=(7.4, 4.0))
     with course_style():
-        for i, (label, acc) in enumerate(curves.items()):
-            acc = np.asarray(acc, dtype=float)
-            if acc.shape != d.shape:
-                raise ValueError(
-                    f"accuracy_vs_distance: curve {label!r} has shape {acc.shape}, "
-                    f"distances {d.shape}"
-                )
-            ax.plot(d, acc, label=label, markevery=mark_every(len(d), 12), **series_style(i))
+        plot_series(
+            ax, "accuracy_vs_distance", d, curves, what="curve", markevery=mark_every(len(d), 12)
+        )
         if window is not None:
-            edge = window - 0.5
-            ax.axvline(edge, color="0.2", lw=1.4, ls="--")
-            ax.annotate(
-                f"window edge\n(W = {window})",
-                (edge, 0.5),
-                xytext=(5, 0),
-                textcoords="offset points",
-                fontsize=FONT["note"],
-                va="center",
-            )
+            mark_x(ax, window - 0.5, f"window edge\n(W = {window})", y=0.5)
         far = reach + 0.5 if reach is not None else (window - 0.5 if window is not None else None)
         if far is not None:
             ax.axvspan(far, d.max() + 0.5, color="0.92", zorder=0, lw=0)
         if reach is not None:
-            ax.axvline(far, color="0.2", lw=1.2, ls=":")
-            ax.annotate(
-                f"out of reach\n(d > {reach})",
-                (far, 0.3),
-                xytext=(5, 0),
-                textcoords="offset points",
-                fontsize=FONT["note"],
-                va="center",
-            )
+            mark_x(ax, far, f"out of reach\n(d > {reach})", y=0.3, ls=":", lw=1.2)
         if chance is not None:
             ax.axhline(chance, color="0.4", ls=":", lw=1.2)
         ax.set_xlim(d.min() - 0.5, d.max() + 0.5)
@@ -246,6 +226,22 @@ def accuracy_vs_distance(
         if title:
             ax.set_title(title)
     return ax
+
+
+def _labelled_bar(ax, y: float, value: float, i: int, text: str, label=None):
+    """One horizontal bar in series ``i``'s colour and hatch, its value written at its end."""
+    bar = ax.barh(
+        y,
+        value,
+        height=0.7,
+        color=PALETTE[i % len(PALETTE)],
+        hatch=HATCHES[i % len(HATCHES)],
+        edgecolor="0.15",
+        lw=0.6,
+        label=label,
+    )
+    ax.text(value, y, text, va="center", fontsize=FONT["note"])
+    return bar
 
 
 def cache_bars(
@@ -284,18 +280,8 @@ def cache_bars(
         for yy, label, v in zip(y, labels, vals, strict=True):
             kind = kinds.get(label, "")
             i = order.index(kind)
-            bar = ax.barh(
-                yy,
-                v,
-                height=0.7,
-                color=PALETTE[i % len(PALETTE)],
-                hatch=HATCHES[i % len(HATCHES)],
-                edgecolor="0.15",
-                lw=0.6,
-                label=kind or None,
-            )
+            bar = _labelled_bar(ax, yy, v, i, f" {v:.2f} {unit}", label=kind or None)
             drawn.setdefault(kind, bar)
-            ax.text(v, yy, f" {v:.2f} {unit}", va="center", fontsize=FONT["note"])
         ax.set_yticks(y, labels=labels)
         ax.set_xlim(0, vals.max() * 1.3 if vals.max() > 0 else 1.0)
         ax.set_xlabel(xlabel or f"KV cache of one sequence ({unit})")
@@ -346,16 +332,7 @@ def keys_kept_view(state, axes=None):
         kib = np.asarray(state.cache_bytes, dtype=float) / 1024
         y = np.arange(len(names))[::-1]
         for i, (yy, v) in enumerate(zip(y, kib, strict=True)):
-            ax_b.barh(
-                yy,
-                v,
-                height=0.7,
-                color=PALETTE[i % len(PALETTE)],
-                hatch=HATCHES[i % len(HATCHES)],
-                edgecolor="0.15",
-                lw=0.6,
-            )
-            ax_b.text(v, yy, f" {v:.0f}", va="center", fontsize=FONT["note"])
+            _labelled_bar(ax_b, yy, v, i, f" {v:.0f}")
         ax_b.set_yticks(y, labels=[""] * len(names))
         ax_b.set_xlim(0, kib.max() * 1.45)
         ax_b.set_xlabel("cache (KiB)")
