@@ -495,7 +495,7 @@ HOSTILE += [
         "h27_thread",
         "calls the reference on a worker thread, where the profiling hook does not look",
         softmax=THREAD,
-        notes=["ThreadPoolExecutor", "threading.Thread.start"],
+        notes=["ThreadPoolExecutor", "threads started by the notebook were running"],
         auto=2,
     ),
     Submission(

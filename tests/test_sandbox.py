@@ -382,6 +382,12 @@ def test_a_fifo_in_place_of_the_kernel_log_does_not_block_the_grader():
         ex._box.cleanup()
 
 
+def test_a_grader_that_blocks_gives_up_at_its_wall_clock(tmp_path):
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(TimeoutError), gradebook._wall_clock(1):
+        os.open(tmp_path / "fifo", os.O_RDONLY)  # no writer: would wait forever
+
+
 def test_a_forged_manifest_is_refused_before_its_arrays_are_read(exchange):
     grading.write_inputs("softmax", exchange)
     grading.record("softmax", good_softmax, exchange)
@@ -517,6 +523,14 @@ def test_a_submission_missing_from_the_report_is_not_graded():
 
     (row,) = gradebook._csv_rows(Book(), {})
     assert (row["status"], row["needs_review"], row["score"]) == ("NOT GRADED", "yes", "")
+    # refused before nbgrader ran (so unknown to the gradebook): still a row
+    refused = {"status": "NOT GRADED", "needs_review": True, "notes": ["refused: a link"]}
+    rows = gradebook._csv_rows(Book(), {"01_x": {"t": refused}})
+    assert [(r["student_id"], r["status"], r["score"]) for r in rows] == [
+        ("s", "NOT GRADED", ""),
+        ("t", "NOT GRADED", ""),
+    ]
+    assert rows[1]["notes"] == "refused: a link"
 
 
 def test_outputs_a_browser_would_run_are_dropped():

@@ -12,9 +12,15 @@ the kernel for a verdict:
   learner's function on them and writes the outputs out (:func:`record`); the grader
   reads them back as plain data (``.npy`` without pickle, JSON) and compares them with
   its own reference (:func:`judge`). A kernel that replaced ``check_hidden``, skipped it
-  or crashed writes no outputs: the exercise scores 0 and is flagged. What the kernel
-  says about itself (tampering found by :func:`tampering`, calls seen by the profiling
-  hook) can only take credit away, never give it.
+  or crashed writes no outputs: the exercise scores 0 and is flagged. The random numbers
+  of the hidden cases are drawn with a seed the grader picks per run
+  (:func:`attnlib.checks._core.hidden_seed`), so the cases that ship with the course are
+  not the ones graded. What the kernel says about itself (tampering found by
+  :func:`tampering`, calls seen by the profiling hook, the hook switched off, threads and
+  processes started during the call) can only take credit away, never give it — and a
+  kernel that replaces this module's code can forge it: :func:`record` uses only what it
+  bound at import, but the source audit (``attnlib.course.gradebook``) is what catches a
+  learner who goes further.
 * **Anywhere else** (``nbgrader validate``, a learner running the hidden cell, tests):
   :func:`verify` does the same in-process, with a fresh copy of the checks loaded from
   their files, after refusing to run when numpy, torch, builtins or attnlib functions

@@ -1657,6 +1657,29 @@ def _csv_rows(gradebook, report: dict, students=(), assignments=()) -> list[dict
                 row.update(score="", raw_score="", late_submission_penalty="")
             row["notes"] = " | ".join(notes)
             rows.append(row)
+    # Submissions the driver refused before nbgrader ran (links, FIFOs beside the
+    # notebook): in the report, not in the gradebook; they still get their row.
+    known = {(r["assignment"], r["student_id"]) for r in rows}
+    names = {a.name: a for a in gradebook.assignments}
+    for a, entries in sorted(report.items()):
+        for s, info in sorted(entries.items()):
+            if (a, s) in known or a not in names or (assignments and a not in assignments):
+                continue
+            if students and s not in students:
+                continue
+            rows.append(
+                {
+                    **dict.fromkeys(CSV_KEYS, ""),
+                    "assignment": a,
+                    "student_id": s,
+                    "status": info["status"],
+                    "needs_review": "yes" if info["needs_review"] else "no",
+                    "max_score": names[a].max_score,
+                    "duedate": names[a].duedate or "",
+                    "sandbox": info.get("sandbox", ""),
+                    "notes": " | ".join(info["notes"]),
+                }
+            )
     return rows
 
 

@@ -4,7 +4,7 @@ nbgrader stays the engine; only the kernel process is put in a box. The grading 
 (:mod:`attnlib.course.gradebook`) gives each submission a fresh host folder::
 
     /tmp/kv-sbx-XXXX/         the sandbox root (short: it holds unix sockets)
-        work/                 the kernel's working folder: a copy of the submission's folder
+        work/                 the kernel's working folder: a copy of the submission's notebook
         run/                  the connection file and the kernel's ipc sockets
         exchange/             hidden-test inputs (written by the grader) and outputs (kernel)
 
@@ -24,7 +24,10 @@ What the kernel then sees and can do:
   the course folder exists in its world: no gradebook.db, no submitted/, autograded/,
   feedback/, other learners, or the repository's other files. The course package is
   bound read-only, so no bytecode (``__pycache__``) can be written where another kernel
-  would read it; ``PYTHONDONTWRITEBYTECODE=1`` is set as well.
+  would read it; ``PYTHONDONTWRITEBYTECODE=1`` is set as well. Its folder holds only the
+  notebook (:meth:`Sandbox.fill_work`) and is not on ``sys.path`` (``PYTHONSAFEPATH=1``):
+  nothing there can shadow an installed module. Submissions holding links, FIFOs or
+  devices are refused before nbgrader copies them (:func:`inspect_submission`).
 * **Network**: none (``--unshare-net``: only its own loopback). The kernel talks to
   nbgrader over zmq's *ipc* transport, unix sockets in ``run/``, the one folder both sides
   see (TCP on loopback would not cross the network namespace).
@@ -35,6 +38,9 @@ What the kernel then sees and can do:
 * **Processes**: its own pid namespace; the kernel dies with the grader (``--die-with-parent``).
 * **Limits** (``setrlimit`` in the launcher, before the kernel starts): address space,
   CPU seconds, size of a written file, number of processes (per uid, so only as root).
+  All per process: a kernel that forks gets them again in every child, and the folders
+  above are on the host's /tmp (only one file's size is capped). See the README's
+  "Not defended".
 
 Where bubblewrap cannot run (macOS, a kernel without user namespaces) :func:`unavailable`
 says why; the driver then refuses to grade unless told ``--unsafe-no-sandbox``.
@@ -248,6 +254,7 @@ class Sandbox:
 
 
 _HARMLESS_DIRS = {".ipynb_checkpoints"}  # Jupyter's autosaves (never given to the kernel)
+_EXCHANGE_FILES = {"timestamp.txt", "submission_secret.txt"}  # written by nbgrader's exchange
 
 
 def inspect_submission(folder: Path, limit: int = 200) -> tuple[list[str], list[str]]:
@@ -288,6 +295,8 @@ def inspect_submission(folder: Path, limit: int = 200) -> tuple[list[str], list[
             elif not stat.S_ISREG(mode):
                 refuse.append(f"{rel!r} is not a regular file (a FIFO, device or socket)")
             elif rel.split(os.sep)[0] in _HARMLESS_DIRS:
+                continue
+            elif here == root and entry.name in _EXCHANGE_FILES:
                 continue
             elif here != root or not entry.name.endswith(".ipynb"):
                 review.append(f"a file {rel!r} was handed in beside the notebook")
