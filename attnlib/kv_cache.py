@@ -1,4 +1,4 @@
-"""Keys in decoding: a KV cache, grouped keys, and a tiny causal decoder (lesson 10).
+"""Keys in decoding: a KV cache and grouped keys (lesson 10).
 
 When a causal model generates one token at a time, the keys and values of past tokens never
 change: token ``t`` cannot see later tokens, so its key and value depend only on tokens
@@ -10,16 +10,14 @@ Sharing keys across heads shrinks the cache: with grouped-query attention (GQA) 
 query heads share ``n_kv_heads`` key/value heads (``n_heads / n_kv_heads`` queries per
 group); multi-query attention (MQA) is the case ``n_kv_heads = 1``; ordinary multi-head
 attention (MHA) is ``n_kv_heads = n_heads``. :func:`grouped_attend` computes it with
-:func:`attnlib.attend` by broadcasting, without copying keys.
+:func:`attnlib.attend` by broadcasting, without copying keys. The small decoder that uses
+all of this is :mod:`attnlib.decoder`.
 
 * :class:`KVCache` — append, read, ``length``, ``nbytes`` (bytes actually held);
 * :func:`kv_cache_bytes` — the memory formula, for every way of keeping fewer keys of
   lesson 14 as well; :data:`PUBLISHED_CONFIGS`, the numbers of published models;
 * :func:`grouped_attend` — attention with fewer key/value heads than query heads;
-* :class:`TinyDecoder` — embedding + ``n_layers`` causal attention blocks; lesson 14 adds
-  options for sliding windows (and global layers), cross-layer K/V sharing and latent
-  attention;
-* :func:`generate` — greedy decoding with or without the cache;
+* :class:`RollingKVCache` — a KVCache of the last ``window`` positions (lesson 14);
 * :func:`rotary_decode_step` — one cached step of a rotary (RoPE) attention layer: the new
   tokens' positions start at the cache length, and keys are rotated *before* they are
   cached.
@@ -30,14 +28,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
-from torch import nn
-from torch.nn import functional as F
-from torch.nn.attention.bias import causal_lower_right
 
 from attnlib._validate import (
     check_array,
-    check_decoder_input,
-    check_head_counts,
     check_instance,
     check_int,
     check_kv_step,
@@ -45,11 +38,8 @@ from attnlib._validate import (
     check_ndim,
 )
 from attnlib.core import attend
-from attnlib.heads import merge_heads, split_heads
-from attnlib.latent import LatentAttention
 from attnlib.masks import causal_mask
 from attnlib.positions import apply_rotary
-from attnlib.windows import sliding_window_mask
 
 __all__ = [
     "KVCache",
@@ -57,9 +47,7 @@ __all__ = [
     "PublishedConfig",
     "PUBLISHED_CONFIGS",
     "grouped_attend",
-    "TinyDecoder",
-    "Generation",
-    "generate",
+    "RollingKVCache",
     "rotary_decode_step",
 ]
 
@@ -549,380 +537,6 @@ def grouped_attend(q, k, v, mask=None, *, causal: bool = False, align: str = "to
         out.reshape(batch, n_heads, seq_q, v.shape[-1]),  # (batch, n_heads, seq_q, d_v)
         w.reshape(batch, n_heads, seq_q, seq_k),  # (batch, n_heads, seq_q, seq_k)
     )
-
-
-# ----------------------------------------------------------------------------------------
-# A tiny causal decoder.
-# ----------------------------------------------------------------------------------------
-
-
-def _sdpa_causal(q, k, v, mask=None):
-    """Causal attention of the last seq_q positions over seq_k keys, via torch's SDPA.
-
-    torch's lower-right causal bias is ``causal_mask(seq_q, seq_k, align="bottom_right")``
-    (with seq_q == seq_k, SDPA's ordinary ``is_causal``). A boolean ``mask`` (seq_q, seq_k),
-    already causal (the sliding-window band), replaces it.
-    """
-    bias = causal_lower_right(q.shape[2], k.shape[2]) if mask is None else mask  # (seq_q, seq_k)
-    gqa = q.shape[1] != k.shape[1]  # fewer key/value heads than query heads
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, enable_gqa=gqa)
-
-
-class CausalSelfAttention(nn.Module):
-    """Causal self-attention with ``n_heads`` query heads and ``n_kv_heads`` key/value heads.
-
-    Separate ``W_q`` (d_model → n_heads·d_head), ``W_k`` and ``W_v`` (d_model →
-    n_kv_heads·d_head) and ``W_o``; ``d_head = d_model / n_heads``.
-
-    Lesson 14 adds two options. ``window``: each query sees only the last ``window``
-    positions (:func:`attnlib.windows.sliding_window_mask`), and a
-    :class:`attnlib.windows.RollingKVCache` is enough. ``own_kv=False``: the layer has no
-    ``W_k``/``W_v`` (both None) and attends with the keys and values of an earlier layer,
-    passed as ``kv`` (cross-layer KV sharing).
-    """
-
-    def __init__(
-        self,
-        d_model: int,
-        n_heads: int,
-        n_kv_heads: int | None = None,
-        *,
-        window: int | None = None,
-        own_kv: bool = True,
-    ):
-        super().__init__()
-        fn = "CausalSelfAttention"
-        d_model = check_int(fn, "d_model", d_model, minimum=1)
-        n_heads = check_int(fn, "n_heads", n_heads, minimum=1)
-        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
-        n_kv_heads = check_int(fn, "n_kv_heads", n_kv_heads, minimum=1)
-        self.d_head = check_head_counts("CausalSelfAttention", d_model, n_heads, n_kv_heads)
-        self.n_heads, self.n_kv_heads = n_heads, n_kv_heads
-        self.window = None if window is None else check_int(fn, "window", window, minimum=1)
-        self.W_q = nn.Linear(d_model, n_heads * self.d_head, bias=False)
-        self.W_k = nn.Linear(d_model, n_kv_heads * self.d_head, bias=False) if own_kv else None
-        self.W_v = nn.Linear(d_model, n_kv_heads * self.d_head, bias=False) if own_kv else None
-        self.W_o = nn.Linear(n_heads * self.d_head, d_model, bias=False)
-        # True: torch's fused kernel (fast); False: attnlib's grouped_attend (same numbers,
-        # proven equal in tests/test_kv_cache.py, and returns the weights).
-        self.use_sdpa = True
-
-    def forward(self, x: torch.Tensor, cache=None, *, kv=None, return_kv: bool = False):
-        """x : Tensor of shape (batch, seq_new, d_model) -> (batch, seq_new, d_model).
-
-        Without a cache, x is the whole sequence. With one (a :class:`KVCache`, or a
-        :class:`attnlib.windows.RollingKVCache` for a windowed layer), x holds only the new
-        positions; their keys and values are appended and the queries see all of them (or
-        the last ``window``).
-
-        ``kv``: the keys and values (batch, n_kv_heads, seq_k, d_head) of another layer for
-        the same positions, used instead of this layer's own (no cache needed then).
-        ``return_kv=True`` returns ``(out, (k, v))``, the keys and values attended to.
-        """
-        q = split_heads(self.W_q(x), self.n_heads)  # (batch, n_heads, seq_new, d_head)
-        if kv is not None:
-            k, v = kv  # another layer's: (batch, n_kv_heads, seq_k, d_head)
-        elif self.W_k is None:
-            raise ValueError("CausalSelfAttention: this layer shares K/V (own_kv=False); pass kv")
-        else:
-            k = split_heads(self.W_k(x), self.n_kv_heads)  # (batch, n_kv_heads, seq_new, d_head)
-            v = split_heads(self.W_v(x), self.n_kv_heads)  # (batch, n_kv_heads, seq_new, d_head)
-            if cache is not None:
-                k, v = cache.append(k, v)  # (batch, n_kv_heads, seq_k, d_head), positions so far
-        # The new queries are the last seq_new of the seq_k positions: bottom-right causal.
-        mask = None
-        if self.window is not None:  # the band: the last `window` positions only
-            mask = sliding_window_mask(
-                q.shape[2], k.shape[2], window=self.window, align="bottom_right", like=q
-            )  # (seq_new, seq_k)
-        if self.use_sdpa:
-            out = _sdpa_causal(q, k, v, mask)  # (batch, n_heads, seq_new, d_head)
-        else:
-            # (batch, n_heads, seq_new, d_head)
-            out, _ = grouped_attend(q, k, v, mask, causal=True, align="bottom_right")
-        out = self.W_o(merge_heads(out))  # (batch, seq_new, d_model)
-        return (out, (k, v)) if return_kv else out
-
-
-class _Block(nn.Module):
-    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int, **attention):
-        super().__init__()
-        self.norm1 = nn.LayerNorm(d_model)
-        if attention.get("d_latent") is not None:
-            d_latent, d_rope = attention["d_latent"], attention["d_rope"]
-            self.attn = LatentAttention(d_model, n_heads, d_latent, d_rope=d_rope)
-        else:
-            window, own_kv = attention.get("window"), attention.get("own_kv", True)
-            self.attn = CausalSelfAttention(
-                d_model, n_heads, n_kv_heads, window=window, own_kv=own_kv
-            )
-        self.norm2 = nn.LayerNorm(d_model)
-        self.mlp = nn.Sequential(
-            nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model)
-        )
-
-    def forward(self, x, cache=None, *, kv=None, return_kv: bool = False):
-        """x (batch, seq_new, d_model) -> the same shape; with ``return_kv``, also the keys
-        and values the attention used (None for a latent layer)."""
-        if isinstance(self.attn, LatentAttention):
-            out, kv = self.attn(self.norm1(x), cache)[0], None
-        else:
-            out, kv = self.attn(self.norm1(x), cache, kv=kv, return_kv=True)
-        x = x + out
-        x = x + self.mlp(self.norm2(x))
-        return (x, kv) if return_kv else x
-
-
-class TinyDecoder(nn.Module):
-    """A small causal language model: embeddings + ``n_layers`` attention blocks.
-
-    Each block is pre-norm self-attention (``n_heads`` query heads, ``n_kv_heads``
-    key/value heads) followed by an MLP. Positions are learned embeddings added to the
-    token embeddings (lesson 12 looks at positions more closely).
-
-    Parameters
-    ----------
-    vocab_size, d_model, n_heads : int
-    n_kv_heads : int, optional
-        Default ``n_heads`` (MHA); ``1`` is MQA; anything dividing ``n_heads`` is GQA.
-    n_layers : int, default 2
-    max_len : int, default 2048
-        Longest sequence (size of the position table).
-    kv_share : sequence of int, optional
-        Cross-layer KV sharing (lesson 14): layer ``l`` attends with the keys and values of
-        layer ``kv_share[l]``. ``kv_share[l] == l``: its own; otherwise an earlier layer
-        that has its own. A sharing layer has no ``W_k``/``W_v`` and caches nothing. Default:
-        every layer its own (the decoder of lesson 10).
-    window : int, optional
-        Sliding-window attention (lesson 14) in every layer not in ``global_layers``; those
-        layers cache only ``window`` positions (:class:`attnlib.windows.RollingKVCache`).
-    global_layers : sequence of int, default ()
-        Layers that see every earlier position although ``window`` is set.
-    d_latent : int, optional
-        Multi-head latent attention (:class:`attnlib.latent.LatentAttention`) in every layer,
-        caching ``d_latent + d_rope`` numbers per token; not combined with the other options.
-    d_rope : int, default 0
-        Decoupled rotary key of the latent layers.
-    """
-
-    def __init__(
-        self,
-        vocab_size: int = 64,
-        d_model: int = 64,
-        n_heads: int = 4,
-        n_kv_heads: int | None = None,
-        n_layers: int = 2,
-        max_len: int = 2048,
-        *,
-        kv_share=None,
-        window: int | None = None,
-        global_layers=(),
-        d_latent: int | None = None,
-        d_rope: int = 0,
-    ):
-        super().__init__()
-        fn = "TinyDecoder"
-        vocab_size = check_int(fn, "vocab_size", vocab_size, minimum=1)
-        n_layers = check_int(fn, "n_layers", n_layers, minimum=1)
-        max_len = check_int(fn, "max_len", max_len, minimum=1)
-        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
-        self.n_heads, self.n_kv_heads, self.n_layers = n_heads, n_kv_heads, n_layers
-        self.d_head = d_model // n_heads
-        self.max_len = max_len
-        self.kv_share = _check_kv_share(fn, kv_share, n_layers)
-        self.window = None if window is None else check_int(fn, "window", window, minimum=1)
-        self.global_layers = _check_layers(fn, "global_layers", global_layers, n_layers)
-        # per layer: does it use the window?
-        self.windowed = [
-            window is not None and i not in self.global_layers for i in range(n_layers)
-        ]
-        for i, src in enumerate(self.kv_share):
-            if self.windowed[src] and not self.windowed[i]:
-                raise ValueError(
-                    f"{fn}: layer {i} sees every position but reads the K/V of layer {src}, "
-                    f"which keeps only the last window={self.window}"
-                )
-        self.d_latent, self.d_rope = d_latent, d_rope
-        if d_latent is not None and (window is not None or kv_share is not None):
-            raise ValueError(f"{fn}: d_latent is not combined with window or kv_share")
-        self.tok = nn.Embedding(vocab_size, d_model)
-        self.pos = nn.Embedding(max_len, d_model)
-        self.blocks = nn.ModuleList(
-            _Block(
-                d_model,
-                n_heads,
-                n_kv_heads,
-                window=self.window if self.windowed[i] else None,
-                own_kv=self.kv_share[i] == i,
-                d_latent=d_latent,
-                d_rope=d_rope,
-            )
-            for i in range(n_layers)
-        )
-        self.norm = nn.LayerNorm(d_model)
-        self.head = nn.Linear(d_model, vocab_size, bias=False)
-
-    def new_caches(self, batch: int, max_len: int) -> list:
-        """One empty cache per layer, sized for ``max_len`` positions.
-
-        A :class:`KVCache` per layer; lesson 14's options give a
-        :class:`attnlib.windows.RollingKVCache` of ``window`` positions for windowed layers,
-        a :class:`attnlib.latent.LatentCache` for latent layers, and ``None`` for layers
-        that reuse another layer's keys and values.
-        """
-        dtype = self.tok.weight.dtype
-        caches = []
-        for i, block in enumerate(self.blocks):
-            if self.kv_share[i] != i:
-                caches.append(None)  # this layer stores nothing
-            elif isinstance(block.attn, LatentAttention):
-                caches.append(block.attn.new_cache(batch, max_len))
-            elif self.windowed[i]:
-                size = dict(window=self.window, dtype=dtype)  # only the last `window` positions
-                caches.append(RollingKVCache(batch, self.n_kv_heads, self.d_head, **size))
-            else:
-                caches.append(
-                    KVCache(batch, self.n_kv_heads, self.d_head, max_len=max_len, dtype=dtype)
-                )
-        return caches
-
-    def cache_bytes(self, seq: int, *, batch: int = 1) -> int:
-        """:func:`kv_cache_bytes` of this model's caches after ``seq`` tokens."""
-        dtype = self.tok.weight.dtype
-        storing = sum(src == i for i, src in enumerate(self.kv_share))
-        if self.d_latent is not None:
-            latent = dict(d_latent=self.d_latent, d_rope=self.d_rope)
-            return kv_cache_bytes(
-                n_layers=self.n_layers, batch=batch, seq=seq, dtype=dtype, **latent
-            )
-        local = sum(self.windowed[i] for i, src in enumerate(self.kv_share) if src == i)
-        return kv_cache_bytes(
-            n_layers=self.n_layers,
-            batch=batch,
-            seq=seq,
-            n_kv_heads=self.n_kv_heads,
-            d_k=self.d_head,
-            dtype=dtype,
-            window=self.window,
-            n_local_layers=local if self.window is not None else None,
-            n_kv_layers=storing,
-        )
-
-    def forward(self, tokens: torch.Tensor, caches: list | None = None):
-        """Logits for every given position.
-
-        Parameters
-        ----------
-        tokens : int Tensor of shape (batch, seq_new)
-            The whole sequence (no cache), or only the new tokens (with caches, which
-            then hold the earlier positions).
-        caches : list, one per layer, optional
-            As made by :meth:`new_caches` (``None`` for layers that share K/V).
-
-        Returns
-        -------
-        logits : Tensor of shape (batch, seq_new, vocab_size)
-        """
-        start = check_decoder_input("TinyDecoder", tokens, caches, self.n_layers, self.max_len)
-        seq_new = tokens.shape[1]  # the first new token sits at position `start`
-        pos = torch.arange(start, start + seq_new)  # (seq_new,)
-        x = self.tok(tokens) + self.pos(pos)  # (batch, seq_new, d_model)
-        kv_of = {}  # layer -> the keys and values it attended with
-        for i, block in enumerate(self.blocks):
-            src = self.kv_share[i]
-            x, kv_of[i] = block(
-                x,
-                None if caches is None else caches[i],
-                kv=None if src == i else kv_of[src],  # a sharing layer reuses layer src's
-                return_kv=True,
-            )  # x: (batch, seq_new, d_model)
-        return self.head(self.norm(x))  # (batch, seq_new, vocab_size)
-
-
-def _check_layers(fn: str, name: str, layers, n_layers: int) -> tuple[int, ...]:
-    """``layers`` as a tuple of layer indices in 0 .. n_layers - 1."""
-    layers = tuple(layers)
-    for i in layers:
-        check_int(fn, f"{name} entry", i, minimum=0, maximum=n_layers - 1)
-    return layers
-
-
-def _check_kv_share(fn: str, kv_share, n_layers: int) -> tuple[int, ...]:
-    """Which layer's K/V each layer uses; default every layer its own."""
-    if kv_share is None:
-        return tuple(range(n_layers))
-    kv_share = _check_layers(fn, "kv_share", kv_share, n_layers)
-    if len(kv_share) != n_layers:
-        raise ValueError(f"{fn}: kv_share has {len(kv_share)} entries for n_layers={n_layers}")
-    for i, src in enumerate(kv_share):
-        if src > i or kv_share[src] != src:
-            raise ValueError(
-                f"{fn}: kv_share={list(kv_share)}: layer {i} reads layer {src}, which must be "
-                f"layer {i} itself or an earlier layer that has its own K/V"
-            )
-    return kv_share
-
-
-class Generation(NamedTuple):
-    """The result of :func:`generate`.
-
-    tokens : int Tensor of shape (batch, prompt_len + n_new)
-    logits : Tensor of shape (batch, n_new, vocab_size)
-        The logits each new token was chosen from.
-    caches : list of KVCache or None
-    """
-
-    tokens: torch.Tensor
-    logits: torch.Tensor
-    caches: list[KVCache] | None
-
-
-@torch.no_grad()
-def generate(model: TinyDecoder, prompt: torch.Tensor, n_new: int, *, use_cache: bool = True):
-    """Greedy decoding: append the most likely next token ``n_new`` times.
-
-    Without the cache every step runs the model on the whole sequence so far and keeps
-    only the last position's logits. With it, the prompt is processed once (filling the
-    caches) and every later step feeds only the newest token.
-
-    Parameters
-    ----------
-    model : TinyDecoder
-    prompt : int Tensor of shape (batch, prompt_len), prompt_len >= 1
-    n_new : int
-    use_cache : bool, default True
-
-    Returns
-    -------
-    Generation
-        ``tokens`` (batch, prompt_len + n_new), ``logits`` (batch, n_new, vocab_size),
-        ``caches`` (None without the cache).
-    """
-    check_array("generate", "prompt", prompt, only="torch")
-    if prompt.ndim != 2 or prompt.shape[1] < 1:
-        raise ValueError(
-            f"generate: prompt must be (batch, prompt_len >= 1), got shape {tuple(prompt.shape)}"
-        )
-    n_new = check_int("generate", "n_new", n_new, minimum=0)
-    batch, prompt_len = prompt.shape
-    total = prompt_len + n_new
-    tokens = torch.empty(batch, total, dtype=prompt.dtype)
-    tokens[:, :prompt_len] = prompt
-    all_logits = []
-    caches = model.new_caches(batch, total) if use_cache else None
-    feed = prompt  # what the model sees at this step
-    for t in range(prompt_len, total):
-        if use_cache:
-            logits = model(feed, caches)[:, -1]  # (batch, vocab_size)
-        else:
-            logits = model(tokens[:, :t])[:, -1]  # recompute every position, keep the last
-        nxt = logits.argmax(dim=-1)  # (batch,)
-        tokens[:, t] = nxt
-        all_logits.append(logits)
-        feed = nxt[:, None]  # (batch, 1): only the new token next time
-    vocab = model.head.out_features
-    logits = torch.stack(all_logits, 1) if all_logits else torch.empty(batch, 0, vocab)
-    return Generation(tokens, logits, caches)
 
 
 # ----------------------------------------------------------------------------------------

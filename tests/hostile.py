@@ -496,7 +496,7 @@ HOSTILE += [
         "calls the reference on a worker thread, where the profiling hook does not look",
         softmax=THREAD,
         notes=["ThreadPoolExecutor", "threads started by the notebook were running"],
-        auto=2,
+        auto=0,  # its pool thread, alive during every hidden run, costs attend too
     ),
     Submission(
         "h28_aten",

@@ -54,23 +54,35 @@ def installed(tmp_path_factory) -> Path:
     subprocess.run(build + [str(src)], check=True, capture_output=True, cwd=src)
     (wheel,) = wheels.glob("attnlib-*.whl")
     target = tmp_path_factory.mktemp("site")
-    subprocess.run(pip + ["install", "--no-deps", "--target", str(target), str(wheel)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        pip + ["install", "--no-deps", "--target", str(target), str(wheel)],
+        check=True,
+        capture_output=True,
+    )
     return target
 
 
 def test_wheel_carries_the_data_and_the_lecture_templates(installed):
     files = {str(p.relative_to(installed)) for p in installed.rglob("*") if p.is_file()}
-    for name in ("attnlib/data/agreement_corpus.tsv", "attnlib/data/syntax_model.pt",
-                 "attnlib/course/lecture_templates/kv_reveal/index.html.j2"):
+    for name in (
+        "attnlib/data/agreement_corpus.tsv",
+        "attnlib/data/syntax_model.pt",
+        "attnlib/course/lecture_templates/kv_reveal/index.html.j2",
+    ):
         assert name in files, f"{name} is missing from the wheel"
 
 
 def test_installed_package_imports_and_loads_lesson_data_outside_the_checkout(installed, tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "KEY_VECTORS_ROOT")}
     env["PYTHONPATH"] = str(installed)
-    proc = subprocess.run([sys.executable, "-c", PROBE], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     for key in ("attnlib", "corpus", "weights"):
@@ -79,6 +91,7 @@ def test_installed_package_imports_and_loads_lesson_data_outside_the_checkout(in
     assert got["params"] > 1000
     on_disk = {
         "attnlib." + ".".join(p.relative_to(ROOT / "attnlib").with_suffix("").parts)
-        for p in (ROOT / "attnlib").rglob("*.py") if p.name != "__init__.py"
+        for p in (ROOT / "attnlib").rglob("*.py")
+        if p.name != "__init__.py"
     }
     assert on_disk <= set(got["modules"]), sorted(on_disk - set(got["modules"]))

@@ -12,7 +12,8 @@ from torch.nn import functional as F
 from torch.nn.attention.bias import causal_lower_right
 
 import attnlib
-from attnlib.kv_cache import KVCache, TinyDecoder, generate, grouped_attend, kv_cache_bytes
+from attnlib.decoder import TinyDecoder, generate
+from attnlib.kv_cache import KVCache, grouped_attend, kv_cache_bytes
 from attnlib.training import torch_threads
 
 

@@ -25,8 +25,12 @@ RANK = {"library": 0, "data": 0, "tasks": 1, "plot": 2, "explorers": 3, "checks"
 # Only staff tooling (and tests/tools) may import the notebook machinery.
 STAFF_ONLY = {"nbgrader", "nbconvert", "nbformat", "nbclient"}
 # Private modules of their package: importable inside attnlib, but only their public names.
-PRIVATE_MODULES = {"attnlib._backend", "attnlib._validate", "attnlib.plot._base",
-                   "attnlib.checks._core"}
+PRIVATE_MODULES = {
+    "attnlib._backend",
+    "attnlib._validate",
+    "attnlib.plot._base",
+    "attnlib.checks._core",
+}
 
 
 def module_name(path: Path) -> str:
@@ -110,7 +114,7 @@ def test_no_import_cycles_between_modules():
         stack.append(m)
         for t in sorted(graph[m]):
             if state.get(t) == 1:
-                cycle = stack[stack.index(t):] + [t]
+                cycle = stack[stack.index(t) :] + [t]
                 pytest.fail("import cycle: " + " -> ".join(cycle))
             if t not in state:
                 visit(t)

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from reproduce import assert_log_reproduced, assert_state_reproduced
 
-from attnlib.kv_cache import generate
+from attnlib.decoder import generate
 from attnlib.tasks import recall as rc
 
 NAMES = list(rc.VARIANTS)

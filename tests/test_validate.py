@@ -21,17 +21,11 @@ import attnlib
 from attnlib import _validate as V
 from attnlib.backprop import fit_attention_pattern
 from attnlib.blockwise import blockwise_attend
+from attnlib.decoder import TinyDecoder, generate
 from attnlib.explorers import head_state, mask_state, query_state
 from attnlib.explorers.scale import explorer_state
 from attnlib.heads import split_heads
-from attnlib.kv_cache import (
-    KVCache,
-    RollingKVCache,
-    TinyDecoder,
-    generate,
-    grouped_attend,
-    kv_cache_bytes,
-)
+from attnlib.kv_cache import KVCache, RollingKVCache, grouped_attend, kv_cache_bytes
 from attnlib.latent import LatentAttention, LatentCache
 from attnlib.mask_conventions import from_torch_attn_mask, to_torch_attn_mask
 from attnlib.mha import FusedQKVAttention, MultiHeadAttention

@@ -173,7 +173,7 @@ DECODER = {"vocab_size": 256, "d_model": 256, "n_heads": 8, "n_layers": 2}
 
 
 def _decode_model(config, max_len):
-    from attnlib.kv_cache import TinyDecoder
+    from attnlib.decoder import TinyDecoder
 
     torch.manual_seed(0)
     return TinyDecoder(**config, max_len=max_len).eval()
@@ -184,7 +184,7 @@ def bench_decoding(news, *, config=None, prompt_len=16, sample_above=256, sample
     """Tokens/s with and without the cache. Without the cache, runs longer than
     ``sample_above`` new tokens are estimated: the cost of the step at length T is a
     forward pass over T tokens, timed at ``samples`` evenly spaced T and interpolated."""
-    from attnlib.kv_cache import generate
+    from attnlib.decoder import generate
 
     config = dict(DECODER if config is None else config)
     rows = []
@@ -284,7 +284,7 @@ def bench_fewer_keys(new_tokens, *, config=None, prompt_len=16, sizes=None, repe
     run (the formula, and the bytes the caches actually hold) and tokens/s, on
     :class:`attnlib.tasks.recall.RecallModel` at the decoder's sizes (untrained: the
     speed and the memory do not depend on the weights). Variants are timed interleaved."""
-    from attnlib.kv_cache import generate
+    from attnlib.decoder import generate
     from attnlib.tasks.recall import RecallModel
 
     config = dict(DECODER if config is None else config)

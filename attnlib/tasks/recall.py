@@ -433,7 +433,7 @@ class RecallModel(nn.Module):
 
     ``forward(tokens, caches=None)`` gives logits (batch, seq_new, vocab); with caches
     (:meth:`new_caches`) only the new tokens are fed, as in
-    :func:`attnlib.kv_cache.generate`, which works with this model.
+    :func:`attnlib.decoder.generate`, which works with this model.
     """
 
     def __init__(
