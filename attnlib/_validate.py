@@ -30,12 +30,17 @@ from attnlib._backend import type_name
 
 __all__ = [
     "type_name",
+    "is_int",
     "check_int",
     "check_number",
     "check_choice",
     "check_instance",
     "check_array",
     "check_ndim",
+    "check_cache_step",
+    "check_kv_step",
+    "check_decoder_input",
+    "check_head_counts",
     "as_float_array",
     "same_kind_and_dtype",
     "at_least_2d",
@@ -55,12 +60,17 @@ __all__ = [
 # ----------------------------------------------------------------------------------------
 
 
+def is_int(value) -> bool:
+    """True for an ``int`` or a numpy integer; False for bools and everything else."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+
+
 def check_int(
     fn: str, name: str, value, *, minimum: int | None = None, maximum: int | None = None
 ) -> int:
     """``value`` as an ``int``; bools and floats are refused (``TypeError``), out-of-range
     values too (``ValueError``). numpy integers are accepted."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+    if not is_int(value):
         raise TypeError(f"{fn}: {name} must be an int, got {type_name(value)} {value!r}")
     value = int(value)
     if minimum is not None and value < minimum:

@@ -187,8 +187,13 @@ def test_a_kernel_runs_in_the_sandbox_over_ipc_and_can_be_interrupted(box):
 def test_without_bubblewrap_grading_refuses_unless_told_unsafe(tmp_path, monkeypatch):
     (tmp_path / "submitted").mkdir()
     monkeypatch.setattr(gradebook, "sandbox_unavailable", lambda: "bwrap is not installed")
-    with pytest.raises(SystemExit, match="--unsafe-no-sandbox"):
+    with pytest.raises(SystemExit, match="Install bubblewrap.*--unsafe-no-sandbox"):
         gradebook.autograde(tmp_path, tmp_path)
+    # installed but refused by the machine: no advice to install it
+    monkeypatch.setattr(gradebook, "sandbox_unavailable", lambda: "bwrap could not start")
+    with pytest.raises(SystemExit, match="is installed but could not start") as err:
+        gradebook.autograde(tmp_path, tmp_path)
+    assert "Install bubblewrap" not in str(err.value)
 
 
 def test_unavailable_says_why(monkeypatch):

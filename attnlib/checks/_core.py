@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnlib._validate import type_name
+from attnlib._validate import is_int, type_name
 
 # Captured at import: later monkeypatching of numpy in a learner's kernel cannot reach these.
 _asarray = np.asarray
@@ -186,7 +186,7 @@ def _reseeded(seed: int | None):
     np_rng, torch_gen = np.random.default_rng, torch.Generator
 
     def default_rng(s=None):
-        if isinstance(s, (int, np.integer)) and not isinstance(s, bool):
+        if is_int(s):
             return np_rng([int(s) & 0xFFFFFFFF, seed & 0xFFFFFFFF])
         return np_rng(s)
 

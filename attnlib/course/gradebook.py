@@ -76,6 +76,7 @@ from nbgrader.plugins import ExportPlugin
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 from traitlets import Enum, Integer, Unicode
 
+from attnlib._validate import type_name
 from attnlib.checks import grading
 from attnlib.course.lessons import course_root, lesson_paths
 from attnlib.course.sandbox import Limits, Sandbox, SandboxKernelManager, inspect_submission
@@ -1469,10 +1470,17 @@ def autograde(
         )
     why = None if unsafe_no_sandbox else sandbox_unavailable()
     if why:
+        fix = (
+            "Install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; see "
+            "tools/ensure_bubblewrap.sh)"
+            if "not installed" in why or "needs Linux" in why
+            else "bubblewrap is installed but could not start a sandbox here (in a "
+            "container: user namespaces, seccomp); `python -m attnlib.course.sandbox` "
+            "shows what it tried"
+        )
         raise SystemExit(
             f"autograde: cannot sandbox the learners' kernels: {why}.\n"
-            f"Install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; see "
-            f"tools/ensure_bubblewrap.sh), or grade without a sandbox with "
+            f"{fix}, or grade without a sandbox with "
             f"--unsafe-no-sandbox (every row of the CSV then says so)."
         )
     sandbox = "none" if unsafe_no_sandbox else "bwrap"
@@ -1522,7 +1530,7 @@ def autograde(
             a, s = result["assignment"], result["student"]
             o = Outcome(a, s, status="NOT GRADED", needs_review=True, seconds=result["seconds"])
             o.sandbox = SANDBOXED if sandbox == "bwrap" else UNSAFE
-            why = f"{type(err).__name__}: {err}"[:300]
+            why = f"{type_name(err)}: {err}"[:300]
             o.notes.append(f"the grader failed after nbgrader ran ({why})")
         outcomes.append(o)
         _write_report(course, [o])  # after each one: a stopped run keeps what it graded
