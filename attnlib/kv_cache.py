@@ -416,12 +416,17 @@ PUBLISHED_CONFIGS: dict[str, PublishedConfig] = {
     # Touvron et al. 2023 (LLaMA), Table 2: 7B has 32 layers, d_model 4096, 32 heads;
     # Llama 2 paper, Table 1: 4k context, grouped-query attention only for 34B and 70B.
     "Llama 2 7B": PublishedConfig(
-        32, 4096, n_kv_heads=32, d_head=128, source="Touvron et al. 2023, Llama 2, Table 1"
+        32,
+        4096,
+        n_kv_heads=32,
+        d_head=128,
+        source="Touvron et al. 2023: LLaMA Table 2, Llama 2 Table 1",
     ),
     # Llama Team 2024, The Llama 3 Herd of Models, Table 3: 32 layers, d_model 4096,
-    # 32 heads, 8 key/value heads; 8192-token context in the first release's model card.
+    # 32 heads, 8 key/value heads (that paper's models reach a 128K context);
+    # 8192-token context in the first (April 2024) release's model card.
     "Llama 3 8B": PublishedConfig(
-        32, 8192, n_kv_heads=8, d_head=128, source="Llama Team 2024, Table 3"
+        32, 8192, n_kv_heads=8, d_head=128, source="Llama Team 2024, Table 3; model card"
     ),
     # Jiang et al. 2023, Mistral 7B, Table 1: 32 layers, head_dim 128, 32 heads, 8 kv heads,
     # window 4096, context 8192; every layer uses the window (rolling buffer cache, §2).
@@ -463,9 +468,11 @@ PUBLISHED_CONFIGS: dict[str, PublishedConfig] = {
         61, 131072, d_latent=512, d_rope=64, source="DeepSeek-AI 2024, DeepSeek-V3, §4.2"
     ),
     # DeepSeek-AI 2025, DeepSeek-V3.2-Exp: DeepSeek-V3's attention plus a lightning indexer
-    # whose key (index_head_dim 128 in config.json) is cached per token and layer; each
-    # query then attends to its top 2048 keys. (The release stores the indexer keys in FP8;
-    # the formula counts them at the cache's dtype, an upper bound.)
+    # whose key (index_head_dim 128 in config.json; 64 index heads) is cached per token and
+    # layer; each query token then attends to its top 2048 keys (index_topk). (The release's
+    # inference/model.py stores the indexer keys in FP8 with one float32 scale per 128
+    # numbers, 132 bytes a token and layer; the formula counts them at the cache's dtype,
+    # 256 bytes in bfloat16, an upper bound.)
     "DeepSeek-V3.2-Exp": PublishedConfig(
         61,
         131072,

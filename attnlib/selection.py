@@ -1,7 +1,7 @@
 """Selected keys: a cheap indexer ranks every past key, each query keeps its top k (lesson 14).
 
 DeepSeek-V3.2's sparse attention splits attention in two. A small "lightning indexer"
-scores every (query, key) pair cheaply — a few small heads, a ReLU of each dot product, a
+scores every (query, key) pair cheaply — a small number of heads, a ReLU of each dot product, a
 weighted sum:
 
     I[t, s] = Σ_h w[t, h] · relu(q_idx[h, t] · k_idx[s])
@@ -53,7 +53,8 @@ def indexer_scores(q_idx, k_idx, head_weights):
     Returns
     -------
     index_scores : same kind and dtype as q_idx, shape (..., seq_q, seq_k)
-        A ranking only: no scaling, no softmax.
+        A ranking only: no softmax (a positive scale, which the release applies to the
+        head weights, would not change it).
     """
     fn = "indexer_scores"
     named = {"q_idx": q_idx, "k_idx": k_idx, "head_weights": head_weights}
