@@ -119,9 +119,17 @@ def _window_cases() -> list[Case]:
 
 
 def _window_hidden_cases() -> list[Case]:
+    # sizes drawn (the grader's per-run seed changes them), plus the edge cases window 1
+    # and a window wider than the sequence
+    rng = np.random.default_rng(121)
+    drawn = []
+    for _ in range(3):
+        seq_k = int(rng.integers(2, 15))
+        seq_q = int(rng.integers(1, seq_k + 1))
+        drawn.append((seq_q, seq_k, int(rng.integers(1, seq_k + 1))))
     return [
         Case(f"hidden: seq_q={q}, seq_k={k}, window={w}", (q, k, w))
-        for q, k, w in ((7, 12, 3), (2, 2, 1), (5, 13, 6), (1, 1, 4), (8, 8, 8))
+        for q, k, w in (*drawn, (2, 2, 1), (1, 1, 4))
     ]
 
 

@@ -7,6 +7,8 @@ Inputs are numpy float64 arrays. The first case has batch, seq, n_heads and d_he
 different, so a reshape that lands on the right shape by accident still puts the numbers
 in the wrong places and is caught by value; the others vary the sizes (down to
 d_head = 1). Results are compared exactly: a reshape moves numbers, it never changes them.
+The hidden cases (run only by the grader) draw their sizes and numbers from generators that
+the grader reseeds per run (``attnlib.checks._core.hidden_seed``).
 
 Diagnosis by inference: the probe input is ``arange``, so every output number says which
 input number it is. The inference reads off where each one went: which input axis each
@@ -44,6 +46,25 @@ def _split_cases() -> list[Case]:
             "batch 2, seq 7, d_model 4, n_heads 4 (d_head 1)", (rng.standard_normal((2, 7, 4)), 4)
         ),
     ]
+
+
+def _head_sizes(rng) -> tuple[int, int, int, int]:
+    """(batch, seq, n_heads, d_head) drawn from ``rng``, with n_heads ≥ 2 and seq ≠ d_head."""
+    batch, seq = int(rng.integers(1, 4)), int(rng.integers(2, 8))
+    n_heads, d_head = int(rng.integers(2, 5)), int(rng.integers(1, 6))
+    return batch, seq + (seq == d_head), n_heads, d_head
+
+
+def _split_hidden_cases() -> list[Case]:
+    # Sizes and numbers drawn from the generator, so that the grader's seed changes both.
+    rng = np.random.default_rng(7701)
+    cases = []
+    for _ in range(3):
+        batch, seq, n_heads, d_head = _head_sizes(rng)
+        x = rng.standard_normal((batch, seq, n_heads * d_head))  # (batch, seq, d_model)
+        label = f"hidden: batch {batch}, seq {seq}, d_model {n_heads * d_head}, n_heads {n_heads}"
+        cases.append(Case(label, (x, n_heads)))
+    return cases
 
 
 def _split_no_transpose(x, n_heads):
@@ -166,6 +187,7 @@ register(
         summary="split_heads(x, n_heads): (batch, seq, d_model) -> (batch, n_heads, seq, d_head)",
         reference=_split_build(),
         make_cases=_split_cases,
+        make_hidden_cases=_split_hidden_cases,
         exact=True,
         forbidden=("attnlib.heads.split_heads",),
         infer=_infer_split,
@@ -242,6 +264,17 @@ def _merge_cases() -> list[Case]:
     ]
 
 
+def _merge_hidden_cases() -> list[Case]:
+    rng = np.random.default_rng(7702)
+    cases = []
+    for _ in range(3):
+        batch, seq, n_heads, d_head = _head_sizes(rng)
+        x = rng.standard_normal((batch, n_heads, seq, d_head))
+        label = f"hidden: batch {batch}, n_heads {n_heads}, seq {seq}, d_head {d_head}"
+        cases.append(Case(label, (x,)))
+    return cases
+
+
 def _merge_no_transpose(x):
     batch, n_heads, seq, d_head = x.shape
     return x.reshape(batch, seq, n_heads * d_head)  # memory order: head-major, scrambled
@@ -311,6 +344,7 @@ register(
         summary="merge_heads(x): (batch, n_heads, seq, d_head) -> (batch, seq, d_model)",
         reference=_merge_build(),
         make_cases=_merge_cases,
+        make_hidden_cases=_merge_hidden_cases,
         exact=True,
         forbidden=("attnlib.heads.merge_heads",),
         infer=_infer_merge,

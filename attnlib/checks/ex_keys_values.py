@@ -854,6 +854,9 @@ def _infer_prediction(statements):
 
 
 def _register_prediction(name: str, statements: tuple[int, ...], summary: str) -> None:
+    # No hidden cases, on purpose: a statement is true or false once and for all, so there
+    # is no other input to draw. The learner's answers are what is graded, and the truths
+    # are what the lesson measures in front of them.
     register(
         Exercise(
             name=name,

@@ -8,7 +8,11 @@
   keep a mean entropy (nats, over the rows) of at least ``min_entropy``.
 
 Inputs are numpy float64. Batched Jacobian cases have batch ≠ seq_k, so that a function
-that only handles one row cannot pass by a broadcasting accident.
+that only handles one row cannot pass by a broadcasting accident. The hidden cases (run
+only by the grader) draw their sizes, parameters and numbers from generators seeded with
+fixed integers, which the grader mixes with a seed of its own per run
+(``attnlib.checks._core.hidden_seed``): a table of answers to the visible cases does not
+pass them.
 """
 
 from __future__ import annotations
@@ -40,6 +44,29 @@ def _variance_cases() -> list[Case]:
     ]
 
 
+def _variance_hidden_cases() -> list[Case]:
+    # Sizes and parameters drawn from the generator, so that the grader's seed changes them
+    # too (attnlib.checks._core.hidden_seed); the last case passes them positionally, as
+    # the lesson itself calls score_variance.
+    rng = np.random.default_rng(4401)
+    d = [int(n) for n in rng.integers(2, 1025, size=4)]
+    scale, var_q, var_k = (float(v) for v in rng.uniform(0.05, 3.0, size=3))
+    var_q2, var_k2, scale2 = (float(v) for v in rng.uniform(0.1, 5.0, size=3))
+    return [
+        Case(f"hidden: d_k={d[0]}, scale=1/√d_k", (d[0],), {"scale": 1 / math.sqrt(d[0])}),
+        Case(f"hidden: d_k={d[1]}, scale={scale:.3f}", (d[1],), {"scale": scale}),
+        Case(
+            f"hidden: d_k={d[2]}, var_q={var_q:.3f}, var_k={var_k:.3f}",
+            (d[2],),
+            {"var_q": var_q, "var_k": var_k},
+        ),
+        Case(
+            f"hidden: score_variance({d[3]}, {scale2:.3f}, {var_q2:.3f}, {var_k2:.3f})",
+            (d[3], scale2, var_q2, var_k2),
+        ),
+    ]
+
+
 register(
     Exercise(
         name="score_variance",
@@ -48,6 +75,7 @@ register(
             d_k, scale, var_q, var_k
         ),
         make_cases=_variance_cases,
+        make_hidden_cases=_variance_hidden_cases,
         rtol=1e-9,
         atol=1e-12,
         forbidden=("attnlib.tasks.scaling.predicted_score_variance",),
@@ -100,6 +128,30 @@ def _jacobian_cases() -> list[Case]:
     ]
 
 
+def _jacobian_hidden_cases() -> list[Case]:
+    # Shapes drawn from the generator too (batch ≠ seq_k), so the grader's seed changes them.
+    rng = np.random.default_rng(4402)
+    seq_k = [int(n) for n in rng.integers(3, 10, size=3)]
+    batch = int(rng.integers(2, 7))
+    batch += batch == seq_k[1]  # never square
+    outer = [int(n) for n in rng.integers(2, 5, size=2)]
+
+    def weights(shape):
+        return _softmax(rng.standard_normal(shape) * rng.uniform(0.5, 3.0))
+
+    return [
+        Case(f"hidden: one row of {seq_k[0]} weights", (weights(seq_k[0]),)),
+        Case(
+            f"hidden: batch of {batch} rows of {seq_k[1]} weights",
+            (weights((batch, seq_k[1])),),
+        ),
+        Case(
+            f"hidden: batch {tuple(outer)} of rows of {seq_k[2]} weights",
+            (weights((*outer, seq_k[2])),),
+        ),
+    ]
+
+
 def _diag_embed(p):
     return p[..., :, None] * np.eye(p.shape[-1])  # (..., seq_k, seq_k)
 
@@ -125,6 +177,7 @@ register(
         summary="softmax_jacobian(p) -> diag(p) − p pᵀ, shape (..., seq_k, seq_k)",
         reference=lambda p: _softmax_jacobian(p),
         make_cases=_jacobian_cases,
+        make_hidden_cases=_jacobian_hidden_cases,
         rtol=1e-7,
         atol=1e-10,
         forbidden=("attnlib.tasks.scaling.softmax_jacobian",),
@@ -191,6 +244,23 @@ def _scale_cases() -> list[Case]:
     ]
 
 
+def _scale_hidden_cases() -> list[Case]:
+    # Sizes and budgets drawn from the generator (the budget strictly between 0 and
+    # log(seq_k), as the exercise promises), so the grader's seed changes them.
+    rng = np.random.default_rng(4403)
+    cases = []
+    for _ in range(3):
+        n_rows, seq_k = int(rng.integers(2, 31)), int(rng.integers(3, 17))
+        d_k = int(rng.choice([4, 16, 64, 256]))
+        q = rng.standard_normal((n_rows, d_k))
+        k = rng.standard_normal((n_rows, seq_k, d_k))
+        raw = np.einsum("nd,nkd->nk", q, k)  # (n_rows, seq_k)
+        h = round(float(rng.uniform(0.2, 0.8)) * math.log(seq_k), 3)
+        label = f"hidden: {n_rows} rows of {seq_k} keys, d_k={d_k}, min_entropy={h}"
+        cases.append(Case(label, (raw, h)))
+    return cases
+
+
 def _entropies(c, s, log=np.log):
     p = _softmax(c * s)
     return -(p * log(np.where(p > 0, p, 1.0))).sum(-1)  # (n_rows,)
@@ -232,6 +302,7 @@ register(
         summary="choose_scale(raw_scores, min_entropy) -> largest scale keeping mean entropy",
         reference=lambda raw_scores, min_entropy: _choose_scale(raw_scores, min_entropy),
         make_cases=_scale_cases,
+        make_hidden_cases=_scale_hidden_cases,
         rtol=1e-4,
         atol=1e-9,
         forbidden=("attnlib.tasks.scaling.choose_scale",),

@@ -46,6 +46,7 @@ import importlib
 import importlib.util
 import io
 import json
+import math
 import os
 import pickle
 import re
@@ -195,8 +196,10 @@ def snapshot() -> int:
     :func:`tampering` can tell a replaced name even when the replacement is another
     installed function (``np.isclose = np.equal``).
     """
-    global _KERNEL_THREADS
+    global _KERNEL_THREADS, _SHELL, _KERNEL_PROCESSES
     _KERNEL_THREADS = {t.ident for t in threading.enumerate()}
+    _SHELL = _ipython_shell()
+    _KERNEL_PROCESSES = set(_processes()) if _in_sandbox() else None
     _SNAPSHOT.clear()
     for name, space in _scanned_namespaces():
         for attr, obj in _namespace(space).items():
@@ -235,7 +238,57 @@ def tampering() -> list[str]:
     hook = sys.gettrace()
     if hook is not None and not _untrusted_hook_ok(hook):
         problems.append("a trace function (sys.settrace) is installed")
+    problems += _shell_hooks()
     return problems
+
+
+_SHELL = None  # the IPython shell the kernel started with (snapshot)
+
+
+def _ipython_shell():
+    mod = _modules.get("IPython.core.interactiveshell")
+    cls = getattr(mod, "InteractiveShell", None)
+    try:
+        return cls.instance() if cls is not None and cls.initialized() else None
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _shell_hooks() -> list[str]:
+    """IPython hooks defined in the notebook: code that runs around every cell, outside
+    the learner's functions (a pre_run_cell callback that reads the grader's inputs...)."""
+    shell = _SHELL if _SHELL is not None else _ipython_shell()
+    if shell is None:
+        return []
+    found = []
+    try:
+        hooks: list[tuple[str, object]] = []
+        events = shell.events
+        why = _untrusted(events)
+        if why is not None:
+            found.append(f"the IPython event manager was replaced by {why}")
+        for attr, obj in _namespace(events).items():
+            if attr != "callbacks" and callable(obj):
+                hooks.append((f"events.{attr}", obj))
+        for event, callbacks in dict(events.callbacks).items():
+            hooks += [(f"a {event} event callback", f) for f in list(callbacks)]
+        for attr in ("input_transformers_cleanup", "input_transformers_post", "ast_transformers"):
+            hooks += [(attr, f) for f in list(getattr(shell, attr, None) or [])]
+        custom = tuple(getattr(shell, "custom_exceptions", ()) or ())
+        if custom:
+            hooks += [("custom_exceptions", c) for c in custom]
+            handler = getattr(getattr(shell, "CustomTB", None), "__func__", None)
+            for cell in getattr(handler, "__closure__", None) or ():
+                with contextlib.suppress(ValueError):  # an empty cell
+                    if callable(cell.cell_contents):
+                        hooks.append(("the custom exception handler", cell.cell_contents))
+        for where, obj in hooks:
+            why = _untrusted(obj)
+            if why is not None:
+                found.append(f"IPython runs {why} ({where})")
+    except Exception as err:  # noqa: BLE001 - a shell changed beyond recognition
+        found.append(f"the IPython shell's hooks cannot be read ({type(err).__name__})")
+    return list(dict.fromkeys(found))
 
 
 def _untrusted_hook_ok(hook) -> bool:
@@ -535,6 +588,66 @@ def _own_thread(t) -> bool:
     return cls is _Thread or _untrusted(cls) is not None
 
 
+_KERNEL_PROCESSES: set[int] | None = None  # in the sandbox: pids alive at the snapshot
+_listdir, _getpid = os.listdir, os.getpid
+
+
+def _processes() -> dict[int, tuple[int, str, str]]:
+    """Every process this kernel sees: pid -> (parent pid, state, name)."""
+    found = {}
+    for entry in _listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with _open(f"/proc/{entry}/stat") as fh:
+                line = fh.read()
+        except OSError:
+            continue
+        name = line[line.find("(") + 1 : line.rfind(")")]
+        fields = line[line.rfind(")") + 2 :].split()
+        found[int(entry)] = (int(fields[1]), fields[0], name)
+    return found
+
+
+def _in_sandbox() -> bool:
+    """In the grader's sandbox (its own pid namespace, bwrap as pid 1)?"""
+    try:
+        with _open("/proc/1/stat") as fh:
+            return "(bwrap)" in fh.read()
+    except OSError:
+        return False
+
+
+def _foreign_processes() -> list[str]:
+    """Processes the notebook started that are still running (work the hook would not see).
+
+    The kernel's descendants; in the sandbox also any process started since the snapshot.
+    """
+    try:
+        procs = _processes()
+    except (OSError, ValueError, IndexError):
+        return []
+    me = _getpid()
+    if _KERNEL_PROCESSES is not None:
+        new = {p for p in procs if p not in _KERNEL_PROCESSES and p != me}
+    else:
+        children: dict[int, list[int]] = {}
+        for pid, (ppid, _, _) in procs.items():
+            children.setdefault(ppid, []).append(pid)
+        new, todo = set(), list(children.get(me, []))
+        while todo:
+            pid = todo.pop()
+            if pid not in new:
+                new.add(pid)
+                todo += children.get(pid, [])
+    names = [
+        "".join(c if c.isprintable() else "?" for c in procs[p][2])
+        for p in sorted(new)
+        if procs[p][1] not in "ZX"  # exited, not reaped yet
+    ]
+    return names
+
+
 def _foreign_threads() -> list[str]:
     """Threads the notebook started that are still alive (work the hook would not see).
 
@@ -734,6 +847,29 @@ def _open_inside(root: Path, parts: list[str]) -> int:
         raise
 
 
+def _check_npy_header(fh, size: int) -> None:
+    """Refuse an ``.npy`` whose header does not describe what the file holds (then rewind).
+
+    ``np.load`` allocates what the header claims before it reads: a 128-byte file can
+    claim 8 TiB. Only plain numeric dtypes, and no more data than the file's bytes.
+    """
+    fmt = np.lib.format
+    version = fmt.read_magic(fh)
+    if version == (1, 0):
+        shape, _, dtype = fmt.read_array_header_1_0(fh)
+    elif version == (2, 0):
+        shape, _, dtype = fmt.read_array_header_2_0(fh)
+    else:
+        raise ValueError(f"an .npy file of format version {version}")
+    if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None:
+        raise ValueError(f"an array of dtype {dtype}")
+    if dtype.kind not in "biuf" or not all(type(n) is int and n >= 0 for n in shape):
+        raise ValueError(f"an array of dtype {dtype} and shape {shape}")
+    if math.prod(shape) * dtype.itemsize > size - fh.tell():
+        raise ValueError(f"an .npy header claims shape {shape} of {dtype}: more than the file")
+    fh.seek(0)
+
+
 def _decode(entry: dict, root: Path, sub: list[str], depth: int = 0, budget=None):
     t = entry.get("t")
     if t == "raised":
@@ -756,6 +892,7 @@ def _decode(entry: dict, root: Path, sub: list[str], depth: int = 0, budget=None
                 os.close(fd)
                 raise
         with os.fdopen(fd, "rb") as fh:
+            _check_npy_header(fh, os.fstat(fh.fileno()).st_size)
             arr = np.load(fh, allow_pickle=False)
         if type(arr) is not _ndarray or arr.dtype.kind not in "biuf":
             raise ValueError("bad array")
@@ -828,7 +965,14 @@ def record(exercise: str, fn: Callable, exchange: Path) -> bool:
         data = _pickle_load(fh)  # written by the grader: trusted in this direction
     if not callable(fn):
         raise TypeError(f"check_hidden({exercise!r}, fn): fn must be a function")
+    running = _foreign_processes()
     obs = observe(fn, data["cases"], _Watch(data["refused"]))
+    running += _foreign_processes()
+    if running:
+        obs.tampering.append(
+            f"processes started by the notebook were running during the hidden cases "
+            f"({', '.join(list(dict.fromkeys(running))[:3])}): their work is not seen"
+        )
     # From here on only what was bound when this module was imported (the learner's
     # function has run and may have replaced json.dumps, np.save, Path methods...).
     folder = f"{exchange}/out/{exercise}"
@@ -920,7 +1064,28 @@ def judge(exercise: str, exchange: Path) -> Verdict:
     root = Path(exchange)
     sub = ["out", exercise]
     with _import(f"{_PACKAGE}.checks._core").hidden_seed(_SEEDS.get((str(exchange), exercise))):
-        return _judge(exercise, root, sub)
+        try:
+            return _judge(exercise, root, sub)
+        except _UNREADABLE as err:  # whatever the outputs were, one exercise scores 0
+            msg = f"{TAMPER_TAG} the grader could not read or judge the outputs"
+            why = f"{type(err).__name__}: {str(err)[:200]}"
+            return Verdict(exercise, False, f"✘ {exercise}: {msg} ({why})", review=True)
+
+
+# what reading or judging a kernel's outputs may raise: a flagged 0, never a failed run
+_UNREADABLE = (
+    OSError,
+    ValueError,
+    KeyError,
+    TypeError,
+    AttributeError,
+    IndexError,
+    MemoryError,
+    RecursionError,
+    EOFError,
+    OverflowError,
+    UnicodeError,
+)
 
 
 def _judge(exercise: str, root: Path, sub: list[str]) -> Verdict:
@@ -947,7 +1112,7 @@ def _judge(exercise: str, root: Path, sub: list[str]) -> Verdict:
         outputs = [_decode(e, root, sub, budget=budget) for e in entries]
         calls = [str(c) for c in manifest.get("calls", [])][:50]
         problems = [str(p)[:300] for p in manifest.get("tampering", [])][:20]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+    except _UNREADABLE as err:
         msg = f"✘ {exercise}: {TAMPER_TAG} the hidden tests wrote unreadable outputs ({err})"
         return Verdict(exercise, False, msg, review=True)
     return judge_observation(exercise, Observation(outputs, calls, problems))

@@ -67,6 +67,7 @@ import stat
 import sys
 import threading
 import time
+import unicodedata
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -121,6 +122,42 @@ def split_hidden(source: str) -> tuple[str, str] | None:
     return _HIDDEN_REGION.sub("", source), "\n".join(regions)
 
 
+def _process_tree(root: int) -> dict[int, str]:
+    """``root`` and every process below it (host's /proc): pid -> one-letter state."""
+    parent: dict[int, int] = {}
+    state: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat_line = (entry / "stat").read_text()
+        except OSError:
+            continue  # gone meanwhile
+        fields = stat_line[stat_line.rfind(")") + 2 :].split()
+        pid = int(entry.name)
+        state[pid], parent[pid] = fields[0], int(fields[1])
+    if root not in state:
+        return {}
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parent.items():
+        children.setdefault(ppid, []).append(pid)
+    tree, todo = {}, [root]
+    while todo:
+        pid = todo.pop()
+        if pid not in tree:
+            tree[pid] = state[pid]
+            todo += children.get(pid, [])
+    return tree
+
+
+def _process_name(pid: int) -> str:
+    try:
+        name = Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return "?"
+    return "".join(c if c.isprintable() else "?" for c in name)[:15]
+
+
 class ResilientExecute(Execute):
     """nbgrader's ``Execute``: each kernel in a sandbox, hidden tests judged by the grader.
 
@@ -161,20 +198,47 @@ class ResilientExecute(Execute):
     max_output_bytes = Integer(
         4 * 2**20, help="Bytes of output kept per cell while it runs (errors always kept)"
     ).tag(config=True)
+    max_notebook_output_bytes = Integer(
+        32 * 2**20, help="Bytes of output kept for the whole notebook (errors kept, cut short)"
+    ).tag(config=True)
 
     def output(self, outs, msg, display_id, cell_index):
-        """nbclient's output handler, with a cap on what one cell may pile up in memory."""
-        if msg.get("msg_type") != "error":
-            content = msg.get("content", {})
-            size = len(str(content.get("text", "")))
-            size += sum(len(str(v)) for v in (content.get("data") or {}).values())
-            used = self._output_bytes.get(cell_index, 0) + size
-            self._output_bytes[cell_index] = used
-            if used > self.max_output_bytes:
-                if used - size <= self.max_output_bytes:  # once per cell
-                    note = f"{OUTPUT_CAPPED} ({self.max_output_bytes // 2**20} MiB)"
-                    outs.append(nbformat.v4.new_output("display_data", data={"text/plain": note}))
-                return None
+        """nbclient's output handler, with caps on what one cell, and all cells, pile up.
+
+        Past ``max_output_bytes`` in a cell, or ``max_notebook_output_bytes`` in the
+        notebook, outputs are dropped and the cell gets one :data:`OUTPUT_CAPPED` note (the
+        driver flags it for review). An error is always kept — it decides the cell's
+        score — but past the notebook's cap its message and traceback are cut short.
+        """
+        content = msg.get("content", {})
+        if msg.get("msg_type") == "error":
+            if isinstance(content, dict):
+                tb = content.get("traceback")
+                tb = [str(t) for t in tb] if isinstance(tb, list) else []
+                size = len(str(content.get("evalue", ""))) + sum(len(t) for t in tb)
+                if self._output_total + size > self.max_notebook_output_bytes:
+                    content["evalue"] = str(content.get("evalue", ""))[:2000]
+                    content["traceback"] = [t[:2000] for t in tb[-5:]]
+                    size = 12_000
+                self._output_total += size
+            return super().output(outs, msg, display_id, cell_index)
+        size = len(str(content.get("text", "")))
+        size += sum(len(str(v)) for v in (content.get("data") or {}).values())
+        used = self._output_bytes.get(cell_index, 0) + size
+        self._output_bytes[cell_index] = used
+        total = self._output_total + size
+        if used > self.max_output_bytes or total > self.max_notebook_output_bytes:
+            if cell_index not in self._output_capped:  # once per cell
+                self._output_capped.add(cell_index)
+                cap = (
+                    f"{self.max_output_bytes // 2**20} MiB"
+                    if used > self.max_output_bytes
+                    else f"{self.max_notebook_output_bytes // 2**20} MiB for the whole notebook"
+                )
+                note = f"{OUTPUT_CAPPED} ({cap})"
+                outs.append(nbformat.v4.new_output("display_data", data={"text/plain": note}))
+            return None
+        self._output_total = total
         return super().output(outs, msg, display_id, cell_index)
 
     def __init__(self, *args, **kwargs):
@@ -184,6 +248,8 @@ class ResilientExecute(Execute):
     def preprocess(self, nb, resources=None, km=None):
         self._completed: list[int] = []
         self._output_bytes: dict[int, int] = {}
+        self._output_total = 0
+        self._output_capped: set[int] = set()
         self._started = False
         limits = Limits(memory_bytes=self.memory_limit, cpu_seconds=self.cpu_limit)
         self._box = Sandbox(slot=self.sandbox_slot, limits=limits)
@@ -258,6 +324,7 @@ class ResilientExecute(Execute):
         run_sync(self.km.restart_kernel)(now=True)
         run_sync(self.kc.wait_for_ready)(timeout=self.startup_timeout)
         self._run_quietly(_SNAPSHOT_CODE, index, self.startup_timeout)
+        self._kernel_baseline = set(self._kernel_processes())
         for i in self._completed:
             replay = self._run_quietly(self.nb.cells[i].source, i, self.timeout)
             if self._timed_out(replay):
@@ -332,12 +399,58 @@ class ResilientExecute(Execute):
         errors = [o for o in run.outputs if o.get("output_type") == "error"]
         if errors and not exercises:
             problems.append(f"the hidden tests raised {errors[0].get('ename', 'an error')}")
-        for name in exercises:
-            verdict = grading.judge(name, exchange)
-            if not verdict.ok:
-                problems.append(verdict.message)
+        # Nothing in the sandbox runs while the grader reads what the kernel wrote (a hook
+        # or a process could rewrite exchange/out), and a process the notebook started
+        # (a watcher computing answers from the grader's inputs) is tampering.
+        stopped = self._stop_kernel()
+        try:
+            baseline = getattr(self, "_kernel_baseline", None)
+            extra = sorted(
+                p
+                for p, st in stopped.items()
+                if baseline is not None and p not in baseline and st not in "ZX"  # not reaped
+            )
+            for name in exercises:
+                if extra:
+                    names = ", ".join(dict.fromkeys(_process_name(p) for p in extra[:5]))
+                    problems.append(
+                        f"✘ {name}: {TAMPER_TAG} {len(extra)} process(es) started by the "
+                        f"notebook ({names}) were running during the hidden tests: their work "
+                        "is not seen"
+                    )
+                    continue
+                verdict = grading.judge(name, exchange)
+                if not verdict.ok:
+                    problems.append(verdict.message)
+        finally:
+            self._continue_kernel(stopped)
         if problems:
             cell.outputs.append(_error_output("AssertionError", "\n".join(problems)))
+
+    def _kernel_processes(self) -> dict[int, str]:
+        """The kernel's processes seen from here: bwrap's (or the kernel's) and its tree."""
+        provisioner = getattr(getattr(self, "km", None), "provisioner", None)
+        pid = getattr(provisioner, "pid", None)
+        return _process_tree(pid) if isinstance(pid, int) else {}
+
+    def _stop_kernel(self) -> dict[int, str]:
+        """SIGSTOP every process of the kernel's tree (new ones too); pid -> state before."""
+        seen: dict[int, str] = {}
+        for _ in range(10):  # until a listing shows nothing new (a fork meanwhile)
+            new = {p: st for p, st in self._kernel_processes().items() if p not in seen}
+            if not new:
+                break
+            for pid in new:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGSTOP)
+            seen |= new
+        return seen
+
+    @staticmethod
+    def _continue_kernel(stopped: dict[int, str]) -> None:
+        for pid in stopped:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGCONT)
 
     def preprocess_cell(self, cell, resources, index):
         if cell.cell_type != "code":
@@ -347,6 +460,7 @@ class ResilientExecute(Execute):
             # imports numpy, torch and attnlib: may take longer than a cell's limit on a busy
             # machine, so it gets the kernel start-up allowance
             self._run_quietly(_SNAPSHOT_CODE, index, self.startup_timeout)
+            self._kernel_baseline = set(self._kernel_processes())
         parts = split_hidden(cell.source) if _is_test_cell(cell) else None
         if parts is None:
             cell, resources = self._execute(cell, resources, index)
@@ -786,11 +900,84 @@ def _parse(source: str) -> ast.AST | None:
     except Exception:  # noqa: BLE001 - IPython missing or odd input: parse as it is
         pass
     try:
-        return ast.parse(source)
+        tree = ast.parse(source)
     except SyntaxError:
         return None  # the kernel cannot run it either
     except (RecursionError, MemoryError, ValueError) as err:
         return _Unreadable(type(err).__name__)
+    # The code an allowed magic runs (%%time, %timeit -n1 ..., %prun) is a string
+    # argument of get_ipython().run_*_magic(): read it as the cell's own code.
+    try:
+        magics = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and _magic_code(n)]
+        for call in magics:
+            for code in _magic_code(call):
+                inner = _parse(code)
+                if inner is None or isinstance(inner, _Unreadable):
+                    why = inner.why if inner is not None else "not Python"
+                    return _Unreadable(f"the code given to %{call.args[0].value} is {why}")
+                tree.body.extend(inner.body)
+    except RecursionError:
+        return _Unreadable("RecursionError")
+    return tree
+
+
+class _OptionTable:
+    options_table: dict = {}  # what IPython's Magics.parse_options reads from its magic
+
+
+def _magic_code(call: ast.Call) -> list[str] | None:
+    """The code an allowed magic runs ([] for none), as IPython splits its arguments.
+
+    None when ``call`` is not a get_ipython().run_*_magic() call the audit may excuse: another
+    magic, computed arguments, ``{expr}``/``$name`` in a line IPython expands, %prun -D/-T
+    (writes files) or arguments IPython itself would refuse.
+    """
+    f = call.func
+    if not (
+        isinstance(f, ast.Attribute)
+        and f.attr in ("run_line_magic", "run_cell_magic")
+        and isinstance(f.value, ast.Call)
+        and isinstance(f.value.func, ast.Name)
+        and f.value.func.id == "get_ipython"
+        and not call.keywords
+        and len(call.args) == (3 if f.attr == "run_cell_magic" else 2)
+        and all(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in call.args)
+    ):
+        return None
+    name, line, *rest = (a.value for a in call.args)
+    cell = rest[0] if rest else None
+    if name not in _SAFE_MAGICS:
+        return None
+    if name not in ("time", "timeit", "prun"):  # they take no code, but expand {expr} in line
+        return [] if cell is None and not any(c in line for c in "{$") else None
+    try:
+        from IPython.core.magic import Magics
+        from IPython.core.magic_arguments import parse_argstring
+        from IPython.core.magics.execution import ExecutionMagics
+
+        if name == "time":
+            _, extra = parse_argstring(ExecutionMagics.time, line, partial=True)
+            code = [" ".join(extra), cell or ""]
+        elif name == "timeit":
+            _, stmt = Magics.parse_options(
+                _OptionTable(),
+                line,
+                "n:r:tcp:qov:",
+                posix=False,
+                strict=False,
+                preserve_non_opts=True,
+            )
+            code = [stmt, cell or ""]
+        else:
+            opts, stmt = Magics.parse_options(
+                _OptionTable(), line, "D:l:rs:T:q", list_all=True, posix=False
+            )
+            if "D" in opts or "T" in opts:
+                return None
+            code = [stmt + ("\n" + cell if cell is not None else "")]
+    except Exception:  # noqa: BLE001 - IPython missing, or it refuses these arguments
+        return None
+    return [c for c in code if c.strip()]
 
 
 class _Unreadable(ast.Module):
@@ -917,17 +1104,8 @@ def _safe_magic_receivers(tree) -> set[int]:
     """ids of the get_ipython() calls that only run an allowed magic (%timeit ...)."""
     safe = set()
     for node in ast.walk(tree):
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr in ("run_line_magic", "run_cell_magic")
-            and isinstance(node.func.value, ast.Call)
-            and isinstance(node.func.value.func, ast.Name)
-            and node.func.value.func.id == "get_ipython"
-            and node.args
-            and isinstance(node.args[0], ast.Constant)
-            and node.args[0].value in _SAFE_MAGICS
-        ):
+        # the code such a magic runs was added to the tree by _parse, and is audited there
+        if isinstance(node, ast.Call) and _magic_code(node) is not None:
             safe.add(id(node.func.value))
     return safe
 
@@ -1100,7 +1278,9 @@ def audit_notebook(graded: Path, source: Path | None) -> list[str]:
     for cell, why in zip(audited, found, strict=True):
         where = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") or "a learner cell"
         excused = set().union(*(own.get(k, set()) for k in _cell_keys(cell)))
-        reasons += [f"{where}: {r}" for r in why if r not in baseline and r not in excused]
+        reasons += [
+            printable(f"{where}: {r}") for r in why if r not in baseline and r not in excused
+        ]
     return reasons
 
 
@@ -1538,9 +1718,11 @@ def autograde(
         flag = "  REVIEW" if o.needs_review else ""
         n = sum(1 for x in outcomes if x.seconds)
         where = f"{o.student}/{o.assignment}"
-        echo(f"{_bar(n, total)} {o.status:>20}  {where}  {score}  {o.seconds:.1f} s{flag}")
+        echo(
+            f"{_bar(n, total)} {o.status:>20}  {printable(where)}  {score}  {o.seconds:.1f} s{flag}"
+        )
         for note in o.notes:
-            echo(f"{'':>22}- {note}")
+            echo(f"{'':>22}- {printable(note)}")
 
     lock = _GradebookLock(course / ".gradebook.lock")
     if jobs == 1:
@@ -1603,6 +1785,36 @@ CSV_KEYS = [
     "email",
     "duedate",
 ]
+
+
+def printable(text) -> str:
+    """``text`` with control, format and unpaired-surrogate characters shown as escapes.
+
+    A grade_id, a file name or an error message comes from the learner: printed raw, its
+    terminal escape codes would clear or retitle the staff's console, and bidirectional
+    controls would reorder what staff read.
+    """
+    text = str(text)
+    if text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        if unicodedata.category(ch) not in ("Cc", "Cf", "Cs", "Zl", "Zp"):
+            out.append(ch)
+        else:
+            out.append(ch.encode("unicode_escape", "backslashreplace").decode("ascii"))
+    return "".join(out)
+
+
+_CSV_FORMULA = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value):
+    """A CSV cell a spreadsheet shows as text: printable, never starting a formula."""
+    if not isinstance(value, str):
+        return value
+    value = printable(value)
+    return "'" + value if value.startswith(_CSV_FORMULA) else value
 
 
 def _csv_rows(gradebook, report: dict, students=(), assignments=()) -> list[dict]:
@@ -1688,7 +1900,7 @@ def _csv_rows(gradebook, report: dict, students=(), assignments=()) -> list[dict
                     "notes": " | ".join(info["notes"]),
                 }
             )
-    return rows
+    return [{k: csv_cell(v) for k, v in row.items()} for row in rows]
 
 
 class CourseCsvExport(ExportPlugin):

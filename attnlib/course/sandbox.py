@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import json
 import os
 import shutil
 import stat
@@ -255,6 +256,26 @@ class Sandbox:
 
 _HARMLESS_DIRS = {".ipynb_checkpoints"}  # Jupyter's autosaves (never given to the kernel)
 _EXCHANGE_FILES = {"timestamp.txt", "submission_secret.txt"}  # written by nbgrader's exchange
+# A handed-in notebook past these is refused before any kernel runs it (the largest lesson,
+# outputs included, is ~1.5 MB with ~40 code cells).
+MAX_NOTEBOOK_BYTES = 20 * 2**20
+MAX_CODE_CELLS = 500
+
+
+def _notebook_too_big(path: str, rel: str, size: int) -> list[str]:
+    """Reasons to refuse a top-level notebook for its size or its number of code cells."""
+    if size > MAX_NOTEBOOK_BYTES:
+        return [f"{rel!r} is {size / 2**20:.1f} MiB (more than {MAX_NOTEBOOK_BYTES // 2**20} MiB)"]
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as fh:
+            cells = json.loads(fh.read(MAX_NOTEBOOK_BYTES + 1)).get("cells")
+        code = sum(1 for c in cells if isinstance(c, dict) and c.get("cell_type") == "code")
+    except (OSError, ValueError, RecursionError, AttributeError, TypeError):
+        return []  # not a notebook nbgrader can read: it fails there, with its own message
+    if code > MAX_CODE_CELLS:
+        return [f"{rel!r} has {code} code cells (more than {MAX_CODE_CELLS})"]
+    return []
 
 
 def inspect_submission(folder: Path, limit: int = 200) -> tuple[list[str], list[str]]:
@@ -265,7 +286,8 @@ def inspect_submission(folder: Path, limit: int = 200) -> tuple[list[str], list[
     /etc/shadow), a FIFO, a device, a socket — is a reason to refuse: nbgrader's own copy
     into ``autograded/`` would follow it, as the staff user. A regular file other than a
     top-level notebook (``attnlib/__init__.py`` beside the notebook) is a reason to review:
-    the kernel never sees it (:meth:`Sandbox.fill_work`), but no lesson asks for it.
+    the kernel never sees it (:meth:`Sandbox.fill_work`), but no lesson asks for it. A
+    notebook past :data:`MAX_NOTEBOOK_BYTES` or :data:`MAX_CODE_CELLS` is refused too.
     """
     refuse: list[str] = []
     review: list[str] = []
@@ -300,6 +322,9 @@ def inspect_submission(folder: Path, limit: int = 200) -> tuple[list[str], list[
                 continue
             elif here != root or not entry.name.endswith(".ipynb"):
                 review.append(f"a file {rel!r} was handed in beside the notebook")
+            else:
+                size = entry.stat(follow_symlinks=False).st_size
+                refuse += _notebook_too_big(entry.path, rel, size)
     return refuse, review
 
 

@@ -1,0 +1,120 @@
+"""Work outside the learner's function: IPython hooks (kernel side) and processes (grader side).
+
+The red team's b06/b07 registered a pre_run_cell/post_run_cell callback that filled a table
+from the reference or rewrote exchange/out after check_hidden; d01 started a process that
+computed answers from the grader's inputs. ``grading.tampering()`` now reports hooks defined
+in the notebook; the grader stops the kernel's processes while it judges and reports
+processes started since the kernel's snapshot. Fast: one IPython shell in a subprocess, one
+``sleep`` tree; no kernel, no sandbox.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import types
+
+import pytest
+
+from attnlib.course import gradebook
+
+SHELL = r"""
+import json
+from IPython.core.interactiveshell import InteractiveShell
+ip = InteractiveShell.instance()
+import attnlib.checks.grading as G
+G.snapshot()
+out = {"clean": G.tampering()}
+ip.run_cell("%matplotlib agg\nimport numpy as np\nx = np.ones(2)")  # honest: no finding
+out["honest"] = G.tampering()
+ip.run_cell("get_ipython().events.register('pre_run_cell', lambda *a: None)")
+out["event"] = G.tampering()
+ip.events.callbacks["pre_run_cell"].clear()
+ip.run_cell("class T:\n    def visit(self, n):\n        return n")
+ip.run_cell("get_ipython().ast_transformers.append(T())")
+out["ast"] = G.tampering()
+ip.ast_transformers.clear()
+ip.run_cell("get_ipython().input_transformers_cleanup.append(lambda lines: lines)")
+out["input"] = G.tampering()
+ip.input_transformers_cleanup.pop()
+ip.run_cell("get_ipython().set_custom_exc((KeyError,), lambda *a, **k: None)")
+out["exc"] = G.tampering()
+print("RESULT" + json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def shell_findings():
+    env = dict(os.environ, MPLBACKEND="agg")
+    run = subprocess.run(
+        [sys.executable, "-c", SHELL], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    line = next(x for x in run.stdout.splitlines() if x.startswith("RESULT"))
+    return json.loads(line[len("RESULT") :])
+
+
+def test_an_honest_shell_has_no_hook_findings(shell_findings):
+    assert shell_findings["clean"] == []
+    assert shell_findings["honest"] == []
+
+
+@pytest.mark.parametrize(
+    "key, where",
+    [
+        ("event", "(a pre_run_cell event callback)"),
+        ("ast", "(ast_transformers)"),
+        ("input", "(input_transformers_cleanup)"),
+        ("exc", "(the custom exception handler)"),
+    ],
+)
+def test_hooks_defined_in_the_notebook_are_tampering(shell_findings, key, where):
+    found = shell_findings[key]
+    assert len(found) == 1 and found[0].startswith("IPython runs ") and found[0].endswith(where)
+
+
+def test_the_grader_stops_the_kernel_tree_and_sees_new_processes():
+    # a "kernel" (sh) whose child (sleep) stands for a process started by the notebook
+    kernel = subprocess.Popen(["sh", "-c", "sleep 60 & wait"])
+    try:
+        fake = types.SimpleNamespace()
+        fake._kernel_processes = lambda: gradebook._process_tree(kernel.pid)
+        deadline = time.monotonic() + 10
+        while len(fake._kernel_processes()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        tree = fake._kernel_processes()
+        assert kernel.pid in tree and len(tree) == 2
+        (child,) = set(tree) - {kernel.pid}
+        assert gradebook._process_name(child) == "sleep"
+        stopped = gradebook.ResilientExecute._stop_kernel(fake)
+        assert set(stopped) == set(tree)
+        assert set(gradebook._process_tree(kernel.pid).values()) == {"T"}  # stopped
+        gradebook.ResilientExecute._continue_kernel(stopped)
+        assert "T" not in gradebook._process_tree(kernel.pid).values()
+        assert gradebook._process_tree(2**22 + 12345) == {}  # no such process
+    finally:
+        for pid in gradebook._process_tree(kernel.pid):
+            if pid != kernel.pid:
+                os.kill(pid, signal.SIGKILL)
+        kernel.kill()
+        kernel.wait()
+
+
+def test_the_kernel_side_sees_processes_it_started():
+    from attnlib.checks import grading
+
+    before = grading._foreign_processes()
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        deadline = time.monotonic() + 10
+        while "sleep" not in grading._foreign_processes() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert grading._foreign_processes().count("sleep") == before.count("sleep") + 1
+    finally:
+        child.kill()
+        child.wait()
+    assert grading._foreign_processes().count("sleep") == before.count("sleep")
