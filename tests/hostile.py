@@ -442,6 +442,74 @@ Note()
 """
 
 
+# %%time makes the cell one string for get_ipython().run_cell_magic: the audit used to skip
+# it. A pre_run_cell hook (run before every cell, outside the profiling hook) reads the
+# grader's hidden inputs and fills a table from the reference (the red team's b06).
+TIME_HOOK = """%%time
+import os
+import pickle
+
+from attnlib.checks import _core as _C
+
+_T = {}
+
+
+def _fill(*_):
+    ex = _C.get_exercise("softmax")
+    cases = [(c.args, c.kwargs) for c in ex.cases()]
+    p = os.environ.get("KEY_VECTORS_" + "GRADING_EXCHANGE", "") + "/in/softmax.pkl"
+    if os.path.exists(p):
+        with open(p, "rb") as fh:
+            cases += pickle.load(fh)["cases"]
+    for a, k in cases:
+        _T[a[0].tobytes()] = ex.reference(*a, **k)
+
+
+get_ipython().events.register("pre_run_cell", _fill)
+_fill()
+
+
+def softmax(x):
+    return _T[x.tobytes()]
+"""
+
+# A process started under %%time computes the reference's answers into /tmp while the hidden
+# cases run (the red team's d01); the solution only reads them.
+WATCHER = """
+import os, pickle, sys, time, zlib
+import numpy as np
+from attnlib.checks import _core as C
+ex = C.get_exercise("softmax")
+def put(cases):
+    for a, k in cases:
+        name = "/tmp/sm_" + str(zlib.crc32(a[0].tobytes())) + ".npy"
+        np.save(name + ".tmp.npy", ex.reference(*a, **k))
+        os.replace(name + ".tmp.npy", name)
+put([(c.args, c.kwargs) for c in ex.cases()])
+p = sys.argv[1] + "/in/softmax.pkl"
+while True:
+    if os.path.exists(p):
+        with open(p, "rb") as fh:
+            put(pickle.load(fh)["cases"])
+    time.sleep(0.01)
+"""
+TIME_PROCESS = (
+    "%%time\nimport os\nimport subprocess\nimport sys\nimport time\nimport zlib\n\n"
+    "import numpy as np\n\n"
+    f"_W = {WATCHER!r}\n"
+    "_P = subprocess.Popen(\n"
+    "    [sys.executable, '-c', _W, os.environ.get('KEY_VECTORS_' + 'GRADING_EXCHANGE', '')]\n"
+    ")\n\n\n"
+    "def softmax(x):\n"
+    "    name = '/tmp/sm_' + str(zlib.crc32(x.tobytes())) + '.npy'\n"
+    "    for _ in range(3000):\n"
+    "        if os.path.exists(name):\n"
+    "            return np.load(name)\n"
+    "        time.sleep(0.01)\n"
+    "    raise RuntimeError('no answer')\n"
+)
+
+
 def _deep_cell(nb):
     import nbformat
 
@@ -556,6 +624,20 @@ HOSTILE += [
         "an object whose HTML and JavaScript reprs would run in the feedback page",
         softmax=XSS + RIGHT_SOFTMAX,
         notes=["defines Note._repr_html_"],
+    ),
+    Submission(
+        "h35_time_magic_hook",
+        "a %%time cell registers a pre_run_cell hook that fills a table from the reference",
+        softmax=TIME_HOOK,
+        notes=["uses get_ipython().events", "(a pre_run_cell event callback)"],
+        auto=0,  # the hook stays registered: attend's hidden run is tampered with too
+    ),
+    Submission(
+        "h36_time_magic_process",
+        "a %%time cell starts a process that computes the reference's answers into /tmp",
+        softmax=TIME_PROCESS,
+        notes=["imports subprocess", "were running during the hidden"],
+        auto=0,  # the process runs during attend's hidden run too
     ),
 ]
 

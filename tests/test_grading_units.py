@@ -171,7 +171,8 @@ def _error(evalue: str) -> dict:
 
 def test_the_output_a_notebook_keeps_is_capped_in_total():
     ex = gradebook.ResilientExecute()
-    ex.reset_execution_trackers()  # what nbclient does before a notebook
+    ex.reset_execution_trackers()  # what nbclient does before a notebook, and a cell:
+    ex.clear_before_next_output = False
     ex._output_bytes, ex._output_total, ex._output_capped = {}, 0, set()
     cells = [[] for _ in range(200)]
     for i, outs in enumerate(cells):  # g02: every cell just under the per-cell cap
@@ -195,7 +196,8 @@ def test_the_output_a_notebook_keeps_is_capped_in_total():
 
 def test_the_per_cell_cap_still_holds():
     ex = gradebook.ResilientExecute()
-    ex.reset_execution_trackers()  # what nbclient does before a notebook
+    ex.reset_execution_trackers()  # what nbclient does before a notebook, and a cell:
+    ex.clear_before_next_output = False
     ex._output_bytes, ex._output_total, ex._output_capped = {}, 0, set()
     outs: list = []
     for _ in range(3):

@@ -287,7 +287,8 @@ def _shell_hooks() -> list[str]:
             if why is not None:
                 found.append(f"IPython runs {why} ({where})")
     except Exception as err:  # noqa: BLE001 - a shell changed beyond recognition
-        found.append(f"the IPython shell's hooks cannot be read ({type(err).__name__})")
+        why = _import(f"{_PACKAGE}._backend").type_name(err)
+        found.append(f"the IPython shell's hooks cannot be read ({why})")
     return list(dict.fromkeys(found))
 
 
@@ -1068,7 +1069,7 @@ def judge(exercise: str, exchange: Path) -> Verdict:
             return _judge(exercise, root, sub)
         except _UNREADABLE as err:  # whatever the outputs were, one exercise scores 0
             msg = f"{TAMPER_TAG} the grader could not read or judge the outputs"
-            why = f"{type(err).__name__}: {str(err)[:200]}"
+            why = f"{_import(f'{_PACKAGE}._backend').type_name(err)}: {str(err)[:200]}"
             return Verdict(exercise, False, f"✘ {exercise}: {msg} ({why})", review=True)
 
 

@@ -975,7 +975,7 @@ def _magic_code(call: ast.Call) -> list[str] | None:
             if "D" in opts or "T" in opts:
                 return None
             code = [stmt + ("\n" + cell if cell is not None else "")]
-    except Exception:  # noqa: BLE001 - IPython missing, or it refuses these arguments
+    except (Exception, SystemExit):  # noqa: BLE001 - IPython missing, or it refuses these
         return None
     return [c for c in code if c.strip()]
 
@@ -1681,7 +1681,7 @@ def autograde(
             outcomes.append(
                 Outcome(a, s, status="NOT GRADED", notes=[f"no graded lesson named {a}"])
             )
-            echo(f"NOT GRADED {s}/{a}: there is no graded lesson of that name")
+            echo(printable(f"NOT GRADED {s}/{a}: there is no graded lesson of that name"))
             continue
         if a not in known:  # released elsewhere: create it in this gradebook
             result = _run_app(GenerateAssignment, cfg, a, ".", force=True)
@@ -1953,7 +1953,7 @@ def feedback(course: Path, echo=print) -> list[Path]:
     for a, s in find_submissions(autograded):
         result = _run_app(GenerateFeedback, cfg, a, s, force=True)
         if not result["success"]:
-            echo(f"feedback for {s}/{a} failed:\n{result.get('error', '')}")
+            echo(f"feedback for {printable(f'{s}/{a}')} failed:\n{result.get('error', '')}")
             continue
         written += sorted((course / "feedback" / s / a).glob("*.html"))
     echo(f"wrote {len(written)} feedback file(s) under {course / 'feedback'}")

@@ -5,10 +5,13 @@ instructor's own cells, since a solution cell can change what later cells displa
 object with ``_repr_html_`` or ``_repr_javascript_`` would put a ``<script>`` into the
 feedback HTML (and into the formgrader, where staff review flagged work with their
 session). :class:`SafeOutputs` keeps only plain text and raster images (``text/plain``,
-``image/png``, ``image/jpeg``) of every output, and neutralises markdown and raw cells
-that carry active HTML. It runs in ``make autograde`` (so the autograded notebook staff
-open is clean) and again in ``make feedback``. The course's lessons show only text and
-PNG figures, so nothing of theirs is lost.
+``image/png``, ``image/jpeg``) of every output (of their metadata only a numeric image
+size: nbconvert writes it into an unquoted attribute), and neutralises raw cells and
+markdown cells that carry active HTML or link to a scheme other than http, https or
+mailto — judged on the source, on its entity-decoded text and on the HTML nbconvert
+renders from it; such a cell is shown as its escaped text. It runs in ``make autograde``
+(so the autograded notebook staff open is clean) and again in ``make feedback``. The
+course's lessons show only text and PNG figures, so nothing of theirs is lost.
 """
 
 from __future__ import annotations
