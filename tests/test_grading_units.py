@@ -14,6 +14,7 @@ from pathlib import Path
 import nbformat
 import numpy as np
 import pytest
+import torch
 
 from attnlib.checks import grading
 from attnlib.course import gradebook, sandbox
@@ -237,3 +238,38 @@ def test_every_lesson_notebook_passes_the_inspection(tmp_path):
         folder.mkdir()
         shutil.copy(path, folder / path.name)
         assert sandbox.inspect_submission(folder) == ([], []), path.name
+
+
+# --- red team 3: a finalizer that fills the output after the call --------------------------
+
+
+def _softmax_filled_by_a_finalizer(x):
+    """Returns an empty array and fills it from torch.softmax when its input is freed."""
+    import weakref
+
+    def fill(out, keep):
+        t = torch.nan_to_num(torch.softmax(torch.as_tensor(keep).double(), dim=-1), nan=0.0)
+        if isinstance(out, torch.Tensor):
+            out.copy_(t.to(out.dtype))
+        else:
+            out[...] = t.numpy().astype(out.dtype)
+
+    keep = x.detach().clone() if isinstance(x, torch.Tensor) else np.array(x, copy=True)
+    out = (
+        torch.empty(x.shape, dtype=torch.float64)
+        if isinstance(x, torch.Tensor)
+        else np.empty(x.shape)
+    )
+    weakref.finalize(x, fill, out, keep)
+    return out
+
+
+def test_an_output_filled_after_the_call_earns_nothing():
+    # the outputs are copied while the profiling hook is still on, so what a finalizer or
+    # a __del__ writes later is never judged
+    with pytest.raises(AssertionError, match="hidden tests failed"):
+        grading.verify("softmax", _softmax_filled_by_a_finalizer)
+    watch = grading._Watch(grading.refused_calls("softmax"))
+    x = np.random.default_rng(0).standard_normal((3, 4))
+    obs = grading.observe(_softmax_filled_by_a_finalizer, [((x,), {})], watch)
+    assert not np.allclose(obs.outputs[0], np.exp(x) / np.exp(x).sum(-1, keepdims=True))

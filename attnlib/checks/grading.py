@@ -42,6 +42,7 @@ hidden tests that did not run) and ``[calls-reference]``.
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import importlib.util
 import io
@@ -66,6 +67,7 @@ import numpy as np
 import torch
 
 _PACKAGE = "attnlib"
+_gc_collect = gc.collect
 _ATTNLIB_DIR = str(Path(__file__).resolve().parents[1])
 _import = importlib.import_module
 _modules = sys.modules
@@ -741,6 +743,11 @@ def observe(fn: Callable, cases: list[tuple[tuple, dict]], watch: _Watch) -> Obs
                 _simplefilter("ignore")
                 with _errstate(all="ignore"):
                     out = fn(*args, **kwargs)
+                    # Fixed now, while the hook still sees what runs: a finalizer or a
+                    # __del__ that fills the output later would change nothing judged.
+                    out = _copy(out)
+                    del args, kwargs  # finalizers on the inputs run now, under the hook
+                    _gc_collect(1)
         except Exception as exc:  # noqa: BLE001 - a learner's function may raise anything
             out = Raised(type(exc).__name__, str(exc)[:300])
         finally:

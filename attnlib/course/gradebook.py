@@ -697,6 +697,7 @@ _SUSPICIOUS_ATTRS = {
     "__dict__",
     "__class__",
     "__setattr__",
+    "__getattribute__",
     "__delattr__",
     "__subclasses__",
     "__loader__",
@@ -739,6 +740,9 @@ _SUSPICIOUS_ATTRS = {
     "settrace_all_threads",
     "mkfifo",
 }
+# "attnlib.core.softmax", "attnlib:attend": a dotted path whose last name is looked up
+# by a resolver (pydoc.locate, pkgutil.resolve_name) when a string names it.
+_ATTNLIB_PATH = re.compile(r"\battnlib(?:[.:]\w+)*[.:](\w+)")
 # Attribute names that, spelled as a string (getattr(sys, "setprofile")), are a finding.
 _SUSPICIOUS_NAME_STRINGS = {
     a for a in _SUSPICIOUS_ATTRS if a not in ("events", "modules", "reference", "Thread")
@@ -1156,6 +1160,10 @@ def _audit_tree(tree, forbidden: set[str], aliases: _Aliases) -> list[str]:
                 reasons.append(f"names {hits[0]!r} in a string")
             elif text in _SUSPICIOUS_NAME_STRINGS:
                 reasons.append(f"names {text!r} in a string")
+            elif any(
+                name in forbidden for name in _ATTNLIB_PATH.findall(text)
+            ):  # pydoc.locate("attnlib.softmax"), pkgutil.resolve_name("attnlib:softmax")
+                reasons.append(f"names the course reference {text!r} in a string")
         if (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Name)
