@@ -19,6 +19,7 @@ import time
 import types
 
 import pytest
+from sandbox_kernel import sandbox_kernel, wait
 
 from attnlib.course import gradebook, sandbox
 
@@ -128,46 +129,29 @@ NO_SANDBOX = sandbox.unavailable()
 
 @pytest.mark.skipif(NO_SANDBOX is not None, reason=f"no bubblewrap sandbox: {NO_SANDBOX}")
 def test_in_the_sandbox_both_sides_see_a_process_the_notebook_started():
-    from jupyter_core.utils import run_sync
-
     box = sandbox.Sandbox(slot=5)
-    km = sandbox.SandboxKernelManager(kernel_name="key-vectors")
-    km.use(box, threads=1)
-    run_sync(km.start_kernel)()
-    kc = km.client()
     try:
-        kc.start_channels()
-        run_sync(kc.wait_for_ready)(timeout=120)
+        with sandbox_kernel(box, timeout=120) as (km, kc):
 
-        def run(code):
-            msg_id, texts = kc.execute(code), []
-            while True:
-                msg = run_sync(kc.get_iopub_msg)(timeout=120)
-                if msg["parent_header"].get("msg_id") != msg_id:
-                    continue
-                if msg["msg_type"] == "stream":
-                    texts.append(msg["content"]["text"])
-                if msg["msg_type"] == "error":
-                    raise AssertionError(msg["content"]["evalue"])
-                if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-                    return "".join(texts).strip()
+            def run(code):
+                text, errors = wait(kc, kc.execute(code), timeout=120)
+                assert not errors, errors
+                return text.strip()
 
-        run("import attnlib.checks.grading as G\nG.snapshot()")
-        grader = types.SimpleNamespace()
-        grader._kernel_processes = lambda: gradebook._process_tree(km.provisioner.pid)
-        baseline = set(grader._kernel_processes())
-        assert run("print(G._in_sandbox(), G._foreign_processes())") == "True []"
-        run("import subprocess\n_p = subprocess.Popen(['sleep', '60'])\nimport time\ntime.sleep(1)")
-        assert run("print(G._foreign_processes())") == "['sleep']"
-        stopped = gradebook.ResilientExecute._stop_kernel(grader)
-        try:
-            extra = [p for p in stopped if p not in baseline]
-            assert [gradebook._process_name(p) for p in extra] == ["sleep"]
-            assert set(gradebook._process_tree(km.provisioner.pid).values()) == {"T"}
-        finally:
-            gradebook.ResilientExecute._continue_kernel(stopped)
-        assert run("_p.kill(); _p.wait(); print(G._foreign_processes())") == "[]"
+            run("import attnlib.checks.grading as G\nG.snapshot()")
+            grader = types.SimpleNamespace()
+            grader._kernel_processes = lambda: gradebook._process_tree(km.provisioner.pid)
+            baseline = set(grader._kernel_processes())
+            assert run("print(G._in_sandbox(), G._foreign_processes())") == "True []"
+            run("import subprocess, time\n_p = subprocess.Popen(['sleep', '60'])\ntime.sleep(1)")
+            assert run("print(G._foreign_processes())") == "['sleep']"
+            stopped = gradebook.ResilientExecute._stop_kernel(grader)
+            try:
+                extra = [p for p in stopped if p not in baseline]
+                assert [gradebook._process_name(p) for p in extra] == ["sleep"]
+                assert set(gradebook._process_tree(km.provisioner.pid).values()) == {"T"}
+            finally:
+                gradebook.ResilientExecute._continue_kernel(stopped)
+            assert run("_p.kill(); _p.wait(); print(G._foreign_processes())") == "[]"
     finally:
-        kc.stop_channels()
-        run_sync(km.shutdown_kernel)(now=True)
         box.cleanup()

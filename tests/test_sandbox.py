@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from sandbox_kernel import sandbox_kernel, wait
 
 from attnlib.checks import grading
 from attnlib.course import gradebook, sandbox
@@ -146,29 +147,9 @@ def test_the_command_line_binds_no_course_folder(box, tmp_path, monkeypatch):
 def test_a_kernel_runs_in_the_sandbox_over_ipc_and_can_be_interrupted(box):
     from jupyter_core.utils import run_sync
 
-    km = sandbox.SandboxKernelManager(kernel_name="key-vectors")
-    km.use(box, threads=1)
-    run_sync(km.start_kernel)()
-    kc = km.client()
-    try:
-        kc.start_channels()
-        run_sync(kc.wait_for_ready)(timeout=60)
+    with sandbox_kernel(box) as (km, kc):
         assert km.transport == "ipc" and Path(km.connection_file).parent == box.run
-
-        def wait(msg_id, timeout=30):
-            texts, errors = [], []
-            while True:
-                msg = run_sync(kc.get_iopub_msg)(timeout=timeout)
-                if msg["parent_header"].get("msg_id") != msg_id:
-                    continue
-                if msg["msg_type"] == "stream":
-                    texts.append(msg["content"]["text"])
-                if msg["msg_type"] == "error":
-                    errors.append(msg["content"]["ename"])
-                if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-                    return "".join(texts), errors
-
-        text, _ = wait(kc.execute("import os, time; print(os.getuid(), os.getcwd())"))
+        text, _ = wait(kc, kc.execute("import os, time; print(os.getuid(), os.getcwd())"))
         if os.geteuid() == 0:
             assert text.split()[0] == str(sandbox.UID_BASE + 3)
         assert text.split()[1] == str(box.work)
@@ -177,11 +158,8 @@ def test_a_kernel_runs_in_the_sandbox_over_ipc_and_can_be_interrupted(box):
 
         time.sleep(1.0)
         run_sync(km.interrupt_kernel)()
-        assert wait(loop)[1] == ["KeyboardInterrupt"]
-        assert wait(kc.execute("print('alive')"))[0].strip() == "alive"
-    finally:
-        kc.stop_channels()
-        run_sync(km.shutdown_kernel)(now=True)
+        assert [e.split(":")[0] for e in wait(kc, loop)[1]] == ["KeyboardInterrupt"]
+        assert wait(kc, kc.execute("print('alive')"))[0].strip() == "alive"
 
 
 def test_without_bubblewrap_grading_refuses_unless_told_unsafe(tmp_path, monkeypatch):
