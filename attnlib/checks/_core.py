@@ -145,6 +145,10 @@ class Exercise:
     # and which of the returned values this part compares (None: all of them).
     part_of: str | None = None
     outputs: tuple[int, ...] | None = None
+    # A blind exercise (true/false statements): its visible cases check only the format of
+    # the answer, so ``check`` in the lesson judges nothing and answers cannot be found by
+    # trial and error; only the hidden cases (the grader's) judge the answers.
+    blind: bool = False
 
     def cases(self, *, hidden: bool = False) -> list[Case]:
         cases = list(self.make_cases())

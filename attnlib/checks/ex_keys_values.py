@@ -4,19 +4,25 @@
   — encode the lookup task (numpy);
 * ``attention_backward(q, k, v, d_out) -> (dq, dk, dv)`` — the backward pass of attention
   by hand (numpy);
+* ``weight_grads(x_q, x_kv, W_q, W_k, W_v, d_out) -> (dW_q, dW_k, dW_v)`` — the gradients
+  reaching projection weights stored like ``nn.Linear.weight`` (lesson 06, numpy);
 * ``mha_by_hand(query, key, value, in_proj_weight, in_proj_bias, out_proj_weight,
   out_proj_bias, n_heads, batch_first) -> (out, weights)`` — ``nn.MultiheadAttention``
-  recomputed from its unpacked parameters (torch, float64).
+  recomputed from its unpacked parameters (torch, float64; lesson 07).
 
 * ``kv_prediction() -> bool array (8,)`` — lesson 05's "predict, then check": before any
   head is trained, the learner marks eight statements (:data:`STATEMENTS`) true or false.
-  Four graded parts (:data:`PARTS`, two statements each, one point each) check them through
-  :func:`answers`; ``kv_prediction`` checks all eight. The lesson measures every statement
-  and asserts that the measurements agree with :data:`TRUTH`.
+  Four graded parts (:data:`PARTS`, two statements each, one point each) are judged by the
+  grader only (hidden cases, :func:`answers`); the lesson's own cells check the format and
+  judge nothing (:func:`recorded`), so answers cannot be found by trial and error. The
+  module holds salted digests of the answers, not the answers; the lesson measures every
+  statement and asserts that the measurements agree with them (:func:`agrees_with_key`).
 """
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import math
 
 import numpy as np
@@ -373,6 +379,226 @@ register(
 
 
 # ----------------------------------------------------------------------------------------
+# weight_grads(x_q, x_kv, W_q, W_k, W_v, d_out) -> (dW_q, dW_k, dW_v), nn.Linear convention
+# ----------------------------------------------------------------------------------------
+
+
+def _wg_reference(x_q, x_kv, W_q, W_k, W_v, d_out):
+    """The oracle: torch autograd in float64 (no attnlib code on the way)."""
+
+    def t(a):
+        return torch.as_tensor(np.asarray(a), dtype=torch.float64)
+
+    Ws = [t(W).requires_grad_() for W in (W_q, W_k, W_v)]
+    q, k, v = t(x_q) @ Ws[0].T, t(x_kv) @ Ws[1].T, t(x_kv) @ Ws[2].T
+    w = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]), dim=-1)
+    (w @ v).backward(t(d_out))
+    return tuple(W.grad.numpy() for W in Ws)
+
+
+def _wg_cases() -> list[Case]:
+    # (batch, seq_q, seq_k, d_model, d_k, d_v): every size different in the first case
+    return normal_cases(
+        6016,
+        ("cross-attention: batch=2, seq_q=3, seq_k=5, d_model=6, d_k=4, d_v=2",
+         (2, 3, 6), (2, 5, 6), (4, 6), (4, 6), (2, 6), (2, 3, 2)),
+        ("batch=1, seq_q=seq_k=4, d_model=5, d_k=3, d_v=3",
+         (1, 4, 5), (1, 4, 5), (3, 5), (3, 5), (3, 5), (1, 4, 3)),
+        ("batch=3, seq_q=1, seq_k=4, d_model=4, d_k=2, d_v=5",
+         (3, 1, 4), (3, 4, 4), (2, 4), (2, 4), (5, 4), (3, 1, 5)),
+    )  # fmt: skip
+
+
+def _wg_hidden_cases() -> list[Case]:
+    return normal_cases(
+        6017,
+        ("hidden: batch=4, seq_q=6, seq_k=2, d_model=3, d_k=5, d_v=4",
+         (4, 6, 3), (4, 2, 3), (5, 3), (5, 3), (4, 3), (4, 6, 4)),
+        ("hidden: batch=2, seq_q=seq_k=3, d_model=7, d_k=2, d_v=1",
+         (2, 3, 7), (2, 3, 7), (2, 7), (2, 7), (1, 7), (2, 3, 1)),
+    )  # fmt: skip
+
+
+def _wg_build(*, convention="linear", q_input="q", kv_input="kv", batch="sum", scale=True):
+    """weight_grads with the given choices; the defaults give the correct function.
+
+    ``convention="math"`` returns X^T dK (d_model, d_k) instead of dKᵀ X; ``q_input="kv"``
+    takes dW_q from x_kv, ``kv_input="q"`` dW_k and dW_v from x_q; ``batch`` "sum" (right),
+    "mean" or "first" (batch element 0 only); ``scale=False`` forgets 1/√d_k in dq and dk.
+    """
+
+    def fn(x_q, x_kv, W_q, W_k, W_v, d_out):
+        q, k, v = x_q @ W_q.T, x_kv @ W_k.T, x_kv @ W_v.T  # (batch, seq, d_k or d_v)
+        dq, dk, dv = _bw_variant(scale=scale)(q, k, v, d_out)
+
+        def grad(x, g):  # (batch, seq, d_model), (batch, seq, n) -> (n, d_model)
+            per = np.swapaxes(g, -1, -2) @ x  # (batch, n, d_model)
+            r = {"sum": per.sum(0), "mean": per.mean(0), "first": per[0]}[batch]
+            return r if convention == "linear" else r.T
+
+        x_for_q = x_q if q_input == "q" else x_kv
+        x_for_kv = x_kv if kv_input == "kv" else x_q
+        return grad(x_for_q, dq), grad(x_for_kv, dk), grad(x_for_kv, dv)
+
+    return fn
+
+
+_WG_CHOICES = {
+    "convention": ("linear", "math"),
+    "q_input": ("q", "kv"),
+    "kv_input": ("kv", "q"),
+    "batch": ("sum", "mean", "first"),
+    "scale": (True, False),
+}
+
+
+def _infer_weight_grads(learner) -> list[Finding]:
+    """Which choices reproduce the learner's three gradients, on a probe where they differ.
+
+    seq_q = seq_k (so that gradients taken from the wrong input still run), batch = 2 (sum,
+    mean and first element differ), d_model = 5 ≠ d_k = 3 ≠ d_v = 2 (a transposed gradient
+    has another shape). Every combination of the choices is tried; exactly one must match,
+    or nothing is measured.
+    """
+    rng = np.random.default_rng(616)
+    batch, seq, d_model, d_k, d_v = 2, 4, 5, 3, 2
+    args = (
+        rng.standard_normal((batch, seq, d_model)), rng.standard_normal((batch, seq, d_model)),
+        rng.standard_normal((d_k, d_model)), rng.standard_normal((d_k, d_model)),
+        rng.standard_normal((d_v, d_model)), rng.standard_normal((batch, seq, d_v)),
+    )  # fmt: skip
+    o = learner(*args)
+    if not o.ok or o.arity != 3 or any(p is None for p in o.parts):
+        return []
+    rel, abs_ = tolerances(o.eps)
+    matches = []
+    keys = list(_WG_CHOICES)
+    for combo in itertools.product(*_WG_CHOICES.values()):
+        choice = dict(zip(keys, combo, strict=True))
+        want = _wg_build(**choice)(*args)
+        if all(close(g, w, rel, abs_) for g, w in zip(o.parts, want, strict=True)):
+            matches.append(choice)
+    if len(matches) != 1:
+        return []
+    c = matches[0]
+    found = []
+    if c["q_input"] == "kv":
+        found.append(
+            Finding(
+                "query-grad-from-kv-input",
+                "with seq_q = seq_k = 4 your dW_q equals dqᵀ @ x_kv: the chain rule went "
+                "back through the key/value input, not through x_q, which made the queries.",
+            )
+        )
+    if c["kv_input"] == "q":
+        found.append(
+            Finding(
+                "kv-grads-from-query-input",
+                "with seq_q = seq_k = 4 your dW_k and dW_v equal dkᵀ @ x_q and dvᵀ @ x_q: "
+                "the chain rule went back through x_q, but keys and values were made from x_kv.",
+            )
+        )
+    if c["convention"] == "math":
+        found.append(
+            Finding(
+                "weight-grad-transposed",
+                f"your dW_q has shape {o.parts[0].shape} = (d_model, d_k) and equals the "
+                f"transpose of the right gradient; W_q is stored as (d_k, d_model) = "
+                f"{(d_k, d_model)}.",
+            )
+        )
+    if c["batch"] == "mean":
+        found.append(
+            Finding(
+                "batch-mean",
+                f"with a batch of {batch} every gradient is 1/{batch} of the right one: the "
+                "contributions of the sentences were averaged, not added.",
+            )
+        )
+    elif c["batch"] == "first":
+        found.append(
+            Finding(
+                "batch-first-only",
+                f"with a batch of {batch} your gradients equal those of batch element 0 "
+                "alone: element 1 contributed nothing.",
+            )
+        )
+    if not c["scale"]:
+        found.append(
+            Finding(
+                "backward-scale-missing",
+                f"your dW_q and dW_k are √d_k = {fmt(math.sqrt(d_k))} times the right ones "
+                "(d_k = 3), dW_v is right: dq and dk lack the factor 1/√d_k.",
+            )
+        )
+    return found
+
+
+register(
+    Exercise(
+        name="weight_grads",
+        summary="weight_grads(x_q, x_kv, W_q, W_k, W_v, d_out) -> (dW_q, dW_k, dW_v): the "
+        "gradients reaching nn.Linear-style projection weights",
+        reference=_wg_reference,
+        make_cases=_wg_cases,
+        make_hidden_cases=_wg_hidden_cases,
+        rtol=1e-6,
+        atol=1e-9,
+        forbidden=("attnlib.backprop.attention_backward", "attnlib.backprop.projection_grads"),
+        infer=_infer_weight_grads,
+        build=_wg_build,
+        misconceptions=(
+            Misconception(
+                "query-grad-from-kv-input",
+                "dW_q is taken from x_kv. The queries were made from x_q (q = x_q @ W_qᵀ), so "
+                "the chain rule goes back through x_q: dW_q = Σ_batch dqᵀ @ x_q. In "
+                "cross-attention the two inputs differ (and seq_q ≠ seq_k).",
+                (_wg_build(q_input="kv"),),
+                {"q_input": "kv"},
+            ),
+            Misconception(
+                "kv-grads-from-query-input",
+                "dW_k and dW_v are taken from x_q. Keys and values were made from x_kv, so "
+                "dW_k = Σ_batch dkᵀ @ x_kv and dW_v = Σ_batch dvᵀ @ x_kv.",
+                (_wg_build(kv_input="q"),),
+                {"kv_input": "q"},
+            ),
+            Misconception(
+                "weight-grad-transposed",
+                "The gradients have the math-convention shape (d_model, d_k). The weights "
+                "are stored like nn.Linear's, (out_features, in_features), with k = x @ W_kᵀ: "
+                "the gradient has the weight's shape, dW_k = dkᵀ @ x (summed over the batch).",
+                (_wg_build(convention="math"),),
+                {"convention": "math"},
+            ),
+            Misconception(
+                "batch-mean",
+                "The gradients are averaged over the batch. The loss adds the contributions "
+                "of all sentences, and one weight matrix serves them all: sum over the batch.",
+                (_wg_build(batch="mean"),),
+                {"batch": "mean"},
+            ),
+            Misconception(
+                "batch-first-only",
+                "Only batch element 0 contributes. Every sentence of the batch uses the same "
+                "weights, so each adds its own dkᵀ @ x to dW_k: sum over the whole batch.",
+                (_wg_build(batch="first"),),
+                {"batch": "first"},
+            ),
+            Misconception(
+                "backward-scale-missing",
+                "dq and dk are missing the factor 1/√d_k of the forward pass, so dW_q and dW_k "
+                "are √d_k too large (dW_v is right). Your attention_backward from Exercise 6.1 "
+                "has it.",
+                (_wg_build(scale=False),),
+                {"scale": False},
+            ),
+        ),
+    )
+)
+
+
+# ----------------------------------------------------------------------------------------
 # mha_by_hand(...) -> (out, weights averaged over heads), as nn.MultiheadAttention computes
 # ----------------------------------------------------------------------------------------
 
@@ -444,8 +670,14 @@ def _mha_hidden_cases() -> list[Case]:
 def _mha_variant(
     *, order="qkv", split="blocks", out_proj=True, batch_first_respected=True,
     scale_by="head", heads="heads-then-dim", average=True, transpose_in=True,
+    in_bias=True, out_transposed=True, merge="transpose",
 ):  # fmt: skip
-    """``nn.MultiheadAttention`` by hand with one step changed; defaults give the right one."""
+    """``nn.MultiheadAttention`` by hand with one step changed; defaults give the right one.
+
+    ``in_bias=False`` leaves out in_proj_bias; ``out_transposed=False`` applies out_proj as
+    ``merged @ out_proj_weight``; ``merge="reshape"`` merges the heads by a plain reshape
+    of (batch, n_heads, seq_q, d_head), without moving the head axis back first.
+    """
 
     def fn(query, key, value, W_in, b_in, W_out, b_out, n_heads, batch_first):
         d = query.shape[-1]
@@ -468,18 +700,22 @@ def _mha_variant(
 
         if not transpose_in:  # x @ W as stored: rows of W are outputs, so this mixes them
             W_q, W_k, W_v = W_q.T, W_k.T, W_v.T
+        if not in_bias:
+            b_q, b_k, b_v = (torch.zeros_like(b) for b in (b_q, b_k, b_v))
         q = split_heads(query @ W_q.T + b_q)
         k = split_heads(key @ W_k.T + b_k)
         v = split_heads(value @ W_v.T + b_v)
         s = q @ k.transpose(-1, -2) / math.sqrt(d_head if scale_by == "head" else d)
         A = torch.softmax(s, dim=-1)  # (batch, n_heads, seq_q, seq_k)
         o = A @ v  # (batch, n_heads, seq_q, d_head)
-        if heads == "heads-then-dim":
+        if merge == "reshape":
+            o = o.reshape(batch, seq_q, d)  # head axis not moved back: positions mixed
+        elif heads == "heads-then-dim":
             o = o.transpose(1, 2).reshape(batch, seq_q, d)
         else:
             o = o.permute(0, 2, 3, 1).reshape(batch, seq_q, d)
         if out_proj:
-            o = o @ W_out.T + b_out
+            o = o @ (W_out.T if out_transposed else W_out) + b_out
         if not batch_first and batch_first_respected:
             o = o.transpose(0, 1)
         return o, (A.mean(dim=1) if average else A)
@@ -488,7 +724,11 @@ def _mha_variant(
 
 
 def _mha_probe(
-    batch_first: bool, seed: int, out_weight: float = 1.0, out_bias: float = 0.0, sizes=(2, 3, 4)
+    batch_first: bool,
+    seed: int,
+    out_weight: float | None = 1.0,
+    out_bias: float = 0.0,
+    sizes=(2, 3, 4),
 ):
     g = torch.Generator().manual_seed(seed)
 
@@ -501,8 +741,11 @@ def _mha_probe(
     )
     query, key, value = r(*shape(seq_q)), r(*shape(seq_k)), r(*shape(seq_k))
     w_in, b_in = r(3 * d_model, d_model) * d_model**-0.5, r(3 * d_model) * 0.5
-    w_out = torch.eye(d_model, dtype=torch.float64) * out_weight
-    b_out = torch.full((d_model,), out_bias, dtype=torch.float64)
+    if out_weight is None:  # a random, not symmetric out_proj (drawn after the rest)
+        w_out, b_out = r(d_model, d_model) * d_model**-0.5, r(d_model) * 0.5
+    else:
+        w_out = torch.eye(d_model, dtype=torch.float64) * out_weight
+        b_out = torch.full((d_model,), out_bias, dtype=torch.float64)
     return [query, key, value, w_in, b_in, w_out, b_out, n_heads, batch_first]
 
 
@@ -605,7 +848,8 @@ def _infer_mha(learner) -> list[Finding]:
         )
 
     layouts = [
-        {"order": order, "split": split, "transpose_in": t}
+        {"order": order, "split": split, "transpose_in": t, "in_bias": bias}
+        for bias in (True, False)
         for t in (True, False)
         for order in ("qkv", "kqv", "qvk", "vkq", "kvq", "vqk")
         for split in ("blocks", "interleaved")
@@ -613,18 +857,55 @@ def _infer_mha(learner) -> list[Finding]:
     layout = None
     if got1 is not None:
         layout = next((c for c in layouts if same(c, one, got1)), None)
+    chosen = None
     if layout is not None:
-        for heads in ("heads-then-dim", "dim-then-heads"):
-            for scale_by in ("head", "model"):
-                if same({**layout, "heads": heads, "scale_by": scale_by}, args, (out, w)):
-                    found += _mha_choices(
-                        layout["order"], layout["split"], heads, scale_by,
-                        layout["transpose_in"], d_model, n_heads,
-                    )  # fmt: skip
-                    break
-            else:
-                continue
-            break
+        grid = [
+            {"heads": heads, "scale_by": scale_by, "merge": merge}
+            for merge in ("transpose", "reshape")
+            for heads in ("heads-then-dim", "dim-then-heads")
+            for scale_by in ("head", "model")
+        ]
+        chosen = next((c for c in grid if same({**layout, **c}, args, (out, w))), None)
+    if chosen is not None:
+        found += _mha_choices(
+            layout["order"], layout["split"], chosen["heads"], chosen["scale_by"],
+            layout["transpose_in"], d_model, n_heads,
+        )  # fmt: skip
+        if not layout["in_bias"]:
+            found.append(
+                Finding(
+                    "in-proj-bias-missing",
+                    "your result is reproduced by projections without in_proj_bias "
+                    "(q = x @ W_qᵀ, with no + b_q).",
+                )
+            )
+        if chosen["merge"] == "reshape":
+            found.append(
+                Finding(
+                    "merge-without-transpose",
+                    "your result is reproduced by merging the heads with a plain reshape of "
+                    "(batch, n_heads, seq_q, d_head) to (batch, seq_q, d_model), without "
+                    "moving the head axis back first.",
+                )
+            )
+        # out_proj with a weight that is not symmetric: applied transposed or as stored?
+        probe = _mha_probe(True, 1, out_weight=None)
+        got_t = _mha_parts(learner(*probe))
+        if got_t is not None and got_t[0].shape == out.shape:
+            with torch.no_grad():
+                merged, _ = _mha_variant(out_proj=False, **layout, **chosen)(*probe)
+                W_out, b_out = probe[5], probe[6]
+                as_stored = (merged @ W_out + b_out).numpy()
+                right = (merged @ W_out.T + b_out).numpy()
+            if close(got_t[0], as_stored, rel, abs_) and not close(got_t[0], right, rel, abs_):
+                found.append(
+                    Finding(
+                        "out-proj-not-transposed",
+                        "with an out_proj_weight that is not symmetric your output equals "
+                        "merged @ out_proj_weight + out_proj_bias, not merged @ "
+                        "out_proj_weightᵀ + out_proj_bias.",
+                    )
+                )
     # batch_first=False: does batch element 1 leak into batch element 0? (seq_q = seq_k, so
     # that attention along the wrong axis runs)
     a = _mha_probe(False, 2, sizes=(3, 4, 4))
@@ -662,6 +943,8 @@ register(
         ),
         infer=_infer_mha,
         build=_mha_variant,
+        # without out_proj there is no out_proj_weight whose transposition could be seen
+        exclusive=(frozenset({"out-proj-missing", "out-proj-not-transposed"}),),
         misconceptions=(
             Misconception(
                 "in-proj-order",
@@ -716,6 +999,31 @@ register(
                 {"heads": "dim-then-heads"},
             ),
             Misconception(
+                "in-proj-bias-missing",
+                "in_proj_bias is left out. Each projection is x @ W_qᵀ + b_q, with b_q, b_k, "
+                "b_v the three blocks of in_proj_bias (torch starts them at zero, but a "
+                "trained or loaded module has other values).",
+                (_mha_variant(in_bias=False),),
+                {"in_bias": False},
+            ),
+            Misconception(
+                "merge-without-transpose",
+                "The heads are merged by a plain reshape of (batch, n_heads, seq_q, d_head): "
+                "that reads head 0's positions one after another, so a row mixes positions. "
+                "Move the head axis back first: o.transpose(1, 2).reshape(batch, seq_q, "
+                "d_model) — your merge_heads from Exercise 7.2.",
+                (_mha_variant(merge="reshape"),),
+                {"merge": "reshape"},
+            ),
+            Misconception(
+                "out-proj-not-transposed",
+                "out_proj is applied as merged @ out_proj.weight. Like every nn.Linear it "
+                "stores (out_features, in_features): out = merged @ out_proj_weightᵀ + "
+                "out_proj_bias.",
+                (_mha_variant(out_transposed=False),),
+                {"out_transposed": False},
+            ),
+            Misconception(
                 "weights-not-averaged",
                 "The weights come back per head, (batch, n_heads, seq_q, seq_k). "
                 "nn.MultiheadAttention returns them averaged over heads by default: "
@@ -734,8 +1042,8 @@ register(
 
 #: The statements the learner marks true or false before any head is trained (lesson 05
 #: lists them in this order). Each can be reasoned out from how the three heads are wired;
-#: each is measured in the lesson, which asserts that the measurement agrees with ``TRUTH``
-#: (and the truths hold for every training seed tried, 0-4).
+#: each is measured in the lesson (section 7), which asserts that the measurement agrees
+#: with the answer key (:func:`agrees_with_key`).
 STATEMENTS = (
     "1. the uniform control does better than chance (1/8)",
     "2. given enough training, the uniform control could reach 95 % accuracy",
@@ -749,7 +1057,6 @@ STATEMENTS = (
     "not only on its name",
     "8. no tied head can reach 95 % accuracy, however wide it is",
 )
-TRUTH = (True, False, True, False, False, True, True, False)
 
 #: The graded parts of the exercise: exercise name -> the statements it checks.
 PARTS = {
@@ -759,120 +1066,176 @@ PARTS = {
     "kv_prediction_width": (7, 8),
 }
 
-# statement -> (misconception id, explanation): the mistake of answering it the wrong way
+# The answer key holds no answers, only salted SHA-256 digests of them: statement s answered
+# a is the digest of "<salt>/<s>/<true|false>" (first 16 bytes). A learner's kernel loads
+# this module, so it must not be able to import the answers; a grade compares digests.
+# (Two answers per statement: anyone who reads this file can still try both. What stops
+# trial and error is that nothing in the lesson judges the answers before hand-in: the
+# visible cases check only the format, the judged cases are hidden — see `answers`.)
+_SALT = "key-vectors/05/kv_prediction/v1"
+_KEY = {
+    1: "961127d5e816ca00b1e7a4a76bd7cd01",
+    2: "7ed5d2ae62ff4575a302d58ce6184b52",
+    3: "a9c518a18abea877498e858f42b8dac3",
+    4: "a163b0999df7ea3e875d91f732dbe51c",
+    5: "333498da17a4c5be6204105397003e39",
+    6: "02ea470cfa9ef7f7f8cdfe46d686f451",
+    7: "1a9cd77817b1b07f7b2d6d0b7766a876",
+    8: "0842d40daf7e571b94404e6eb26e6951",
+}
+
+
+def _digest(statement: int, answer: bool) -> np.ndarray:
+    """The salted digest of one answer: uint8 array of shape (16,)."""
+    text = f"{_SALT}/{statement}/{'true' if answer else 'false'}"
+    return np.frombuffer(hashlib.sha256(text.encode()).digest()[:16], dtype=np.uint8).copy()
+
+
+def _keyed(statement: int) -> np.ndarray:
+    return np.frombuffer(bytes.fromhex(_KEY[statement]), dtype=np.uint8).copy()
+
+
+def agrees_with_key(measured) -> bool:
+    """Do eight booleans (statement 1 first) agree with the answer key, statement by statement?"""
+    values = [bool(m) for m in measured]
+    if len(values) != len(STATEMENTS):
+        raise ValueError(f"agrees_with_key: expected {len(STATEMENTS)} answers, got {len(values)}")
+    return all(np.array_equal(_digest(s, a), _keyed(s)) for s, a in enumerate(values, start=1))
+
+
+# statement -> (misconception id, explanation). An explanation is read after grading, but it
+# ships in this module, so it points at the measurement without saying which answer is right.
 _WHY = {
     1: (
         "control-at-chance",
-        "Statement 1 is true. The control cannot select, but it still averages the six "
-        "values, so the read-out learns which numbers are in the book and can guess one of "
-        "them — the most frequent — instead of one of all eight.",
+        "Statement 1: compare the control's accuracy in section 3 with chance (1/8). The "
+        "control cannot select, but ask what its read-out can still learn from the average "
+        "of the six values.",
     ),
     2: (
         "control-can-select",
-        "Statement 2 is false. With every key zero, every weight is 1/6 whatever the query "
-        "asks: the control gives the same answer to every query about a book. The best it "
-        "can ever do is the book's most frequent number, right about 37 % of the time.",
+        "Statement 2: section 3 asks the control about another token of the same books. "
+        "What does a head whose answer does not depend on the query get right at best?",
     ),
     3: (
         "separate-fails",
-        "Statement 3 is true. With its own W_K the key can spend all three dimensions on "
-        "names and the value all three of its own on numbers; the separate head learns the "
-        "lookup in well under 150 steps.",
+        "Statement 3: see the separate head's accuracy in section 3, and count how many "
+        "dimensions its key and its value each need for names and for numbers.",
     ),
     4: (
         "separate-reads-whole-book",
-        "Statement 4 is false. The trained separate head puts almost all of its weight on "
-        "the asked token, so the numbers of the other tokens barely reach the read-out: "
-        "changing them changes (almost) no answer.",
+        "Statement 4: section 4 changes the other tokens' numbers and counts the separate "
+        "head's answers that change.",
     ),
     5: (
         "tied-only-slower",
-        "Statement 5 is false. Tying is not just fewer parameters: at d_head = 3 one vector "
-        "cannot both be matched on the name and carry the number, and the tied head stays "
-        "far below 95 %.",
+        "Statement 5: see the tied head's accuracy in section 3, and section 5 on what one "
+        "vector of three numbers has to do when it is key and value at once.",
     ),
     6: (
         "tied-selects-anyway",
-        "Statement 6 is true. The tied head cannot pick out the asked token reliably, so its "
-        "output is a blend that includes the other tokens' values: change their numbers and "
-        "about half of its answers change.",
+        "Statement 6: section 4 changes the other tokens' numbers and counts the tied head's "
+        "answers that change.",
     ),
     7: (
         "tied-key-ignores-content",
-        "Statement 7 is true. With k = v the key must carry the number (the value needs it), "
-        "so the number moves every score a query gives the token — that is what disturbs "
-        "the match.",
+        "Statement 7: with k = v, what must the key carry so that the value can do its job? "
+        "Section 6 measures how much of the tied head's scores the number explains.",
     ),
     8: (
         "tying-is-impossible",
-        "Statement 8 is false. A wide tied head can keep names and numbers in different "
-        "directions of one vector; with d_head = 12 it learns the lookup about as fast as the "
-        "separate head with d_head = 3. Tying costs width (or many more steps), not the "
-        "ability.",
+        "Statement 8: section 5 trains tied heads from 2 to 12 wide; see which widths reach "
+        "95 % within 400 steps.",
     ),
 }
 
 
-def answers(prediction):
-    """``answer(statement)`` from a learner's ``kv_prediction``: what the part checks call.
+def _prediction(prediction) -> np.ndarray:
+    """The learner's eight answers, or an error that says what came back instead."""
+    got = prediction()
+    if type(got) is not np.ndarray or got.dtype != np.bool_:
+        raise TypeError(
+            "kv_prediction() must return a numpy array of booleans, e.g. "
+            f"np.array([True, False, ...]); got {type(got).__name__}"
+            + (f" of dtype {got.dtype}" if isinstance(got, np.ndarray) else "")
+        )
+    if got.shape != (len(STATEMENTS),):
+        raise ValueError(
+            f"kv_prediction() must return {len(STATEMENTS)} answers, shape "
+            f"({len(STATEMENTS)},); got shape {got.shape}"
+        )
+    return got
 
-    ``answer(s)`` is ``prediction()[s - 1 : s]``, the learner's answer to statement ``s``
-    as a one-element array (so a prediction that is not an array of booleans fails with a
-    message saying so).
+
+def answers(prediction):
+    """``answer(kind, statement)`` from a learner's ``kv_prediction``: what the checks call.
+
+    ``answer("format", s)`` is ``array([True])`` when ``prediction()`` is a bool array of
+    shape (8,) (and raises a clear error otherwise): the visible cases check only that, so
+    a check in the lesson says nothing about whether an answer is right.
+    ``answer("judge", s)`` is the salted digest of the answer to statement ``s``: only the
+    hidden cases (run by the grader) compare it with the key.
     """
 
-    def answer(statement):
-        return prediction()[statement - 1 : statement]
+    def answer(kind, statement):
+        got = _prediction(prediction)
+        if kind == "format":
+            return np.array([True])
+        return _digest(statement, bool(got[statement - 1]))
 
     return answer
+
+
+def recorded(part: str, prediction) -> None:
+    """The visible half of a graded part: check the format, echo the answers, judge nothing."""
+    statements = PARTS[part] if part in PARTS else tuple(range(1, len(STATEMENTS) + 1))
+    try:
+        got = _prediction(prediction)
+    except (TypeError, ValueError) as err:
+        raise AssertionError(f"✘ {part}: {err}") from None
+    except Exception as err:  # noqa: BLE001 - the learner's function may raise anything
+        raise AssertionError(f"✘ {part}: kv_prediction() raised {type(err).__name__}: {err}")
+    said = ", ".join(f"{s}: {'true' if got[s - 1] else 'false'}" for s in statements)
+    print(
+        f"Recorded your answers to statements {said}. They are graded when you hand the "
+        "notebook in; this cell does not say whether they are right (section 7 measures them)."
+    )
+
+
+def _reference(kind, statement):
+    return np.array([True]) if kind == "format" else _keyed(statement)
 
 
 def _answer_with(**flip):
-    """The correct ``answer(statement)`` with the statements in ``flip`` answered wrongly."""
+    """The key's ``answer(kind, statement)`` with the statements in ``flip`` answered wrongly."""
     wrong = {int(k.split("_")[1]) for k, v in flip.items() if v}
 
-    def answer(statement):
-        t = TRUTH[statement - 1]
-        return np.array([(not t) if statement in wrong else t])
+    def answer(kind, statement):
+        if kind == "format" or statement not in wrong:
+            return _reference(kind, statement)
+        other = [_digest(statement, a) for a in (True, False)]
+        return next(d for d in other if not np.array_equal(d, _keyed(statement)))
 
     return answer
 
 
-def _infer_prediction(statements):
-    def infer(learner) -> list[Finding]:
-        found = []
-        for s in statements:
-            o = learner(s)
-            a = o.array(0)
-            if o.arity != 1 or a is None or a.dtype != np.bool_ or a.shape != (1,):
-                return []  # not an answer at all: the failing case says what came back
-            if bool(a[0]) != TRUTH[s - 1]:
-                found.append(Finding(_WHY[s][0], f"you marked statement {s} {bool(a[0])}."))
-        return found
-
-    return infer
-
-
 def _register_prediction(name: str, statements: tuple[int, ...], summary: str) -> None:
-    # No hidden cases, on purpose: a statement is true or false once and for all, so there
-    # is no other input to draw. The learner's answers are what is graded, and the truths
-    # are what the lesson measures in front of them.
+    # The visible cases check the format only; the hidden cases judge the answers. They do
+    # not change with the grader's seed: a statement is true or false once and for all.
     register(
         Exercise(
             name=name,
             summary=summary,
-            reference=_answer_with(),
-            make_cases=lambda: [Case(STATEMENTS[s - 1], (s,)) for s in statements],
+            reference=_reference,
+            make_cases=lambda: [
+                Case(f"the format of your answer to statement {s}", ("format", s))
+                for s in statements
+            ],
+            make_hidden_cases=lambda: [Case(f"statement {s}", ("judge", s)) for s in statements],
             exact=True,
-            infer=_infer_prediction(statements),
-            build=_answer_with,
+            blind=True,
             misconceptions=tuple(
-                Misconception(
-                    _WHY[s][0],
-                    _WHY[s][1],
-                    (_answer_with(**{f"flip_{s}": True}),),
-                    settings={f"flip_{s}": True},
-                )
+                Misconception(_WHY[s][0], _WHY[s][1], (_answer_with(**{f"flip_{s}": True}),))
                 for s in statements
             ),
         )
