@@ -1194,7 +1194,8 @@ def recorded(part: str, prediction) -> None:
     except (TypeError, ValueError) as err:
         raise AssertionError(f"✘ {part}: {err}") from None
     except Exception as err:  # noqa: BLE001 - the learner's function may raise anything
-        raise AssertionError(f"✘ {part}: kv_prediction() raised {type(err).__name__}: {err}")
+        msg = f"✘ {part}: kv_prediction() raised {type(err).__name__}: {err}"
+        raise AssertionError(msg) from None
     said = ", ".join(f"{s}: {'true' if got[s - 1] else 'false'}" for s in statements)
     print(
         f"Recorded your answers to statements {said}. They are graded when you hand the "
