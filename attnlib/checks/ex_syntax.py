@@ -24,10 +24,21 @@ or leaving out the bias each give a different accuracy from the right one.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import torch
 
-from attnlib.checks._core import Case, Exercise, Misconception, get_exercise, part, register
+from attnlib.checks._core import (
+    Case,
+    Exercise,
+    Finding,
+    Misconception,
+    get_exercise,
+    part,
+    register,
+)
+from attnlib.checks.measure import close, fmt
 
 # References written here, apart from attnlib.tasks.syntax (which learners must not call);
 # tests/test_ex_syntax.py proves them equal.
@@ -144,6 +155,115 @@ def _probe_hidden_cases() -> list[Case]:
     ]
 
 
+def _probe_build(*, fit="train", score="test", labels="aligned", bias=True):
+    """probe_accuracy with the given choices; the defaults give the correct function.
+
+    ``fit``/``score``: which rows the probe is fitted on and scored on; ``labels``
+    "aligned", "shifted" (np.roll by one) or "sorted" (labels no longer belong to their
+    rows); ``bias=False`` leaves out the column of ones.
+    """
+
+    def fn(X_train, y_train, X_test, y_test):
+        n_classes = _n_classes(y_train, y_test)
+        sets = {"train": (X_train, np.asarray(y_train)), "test": (X_test, np.asarray(y_test))}
+        X_fit, y_fit = sets[fit]
+        if labels == "shifted":
+            y_fit = np.roll(y_fit, 1)
+        elif labels == "sorted":
+            y_fit = np.sort(y_fit)
+        W = _lstsq_probe(X_fit, y_fit, n_classes, bias=bias)
+        X_score, y_score = sets[score]
+        return float((_predict(W, X_score, bias=bias) == y_score).mean())
+
+    return fn
+
+
+_PROBE_CHOICES = {
+    "fit": ("train", "test"),
+    "score": ("test", "train"),
+    "labels": ("aligned", "shifted", "sorted"),
+    "bias": (True, False),
+}
+
+
+def _probe_ids(choice) -> frozenset:
+    ids = set()
+    if choice["fit"] == "test":
+        ids.add("probe-trained-on-test")
+    if choice["score"] == "train":
+        ids.add("probe-scored-on-train")
+    if choice["labels"] != "aligned":
+        ids.add("labels-misaligned")
+    if not choice["bias"]:
+        ids.add("probe-no-bias")
+    return frozenset(ids)
+
+
+def _probe_probes() -> list[tuple]:
+    """Probe data sets on which every combination of choices gives its own accuracies:
+    few noisy training rows (a probe fits them better than new rows), far from the origin
+    (a probe without bias suffers), and labels in random order (shifting them matters)."""
+    rng = np.random.default_rng(909)
+    probes = []
+    for n_train, n_test, d, n_classes, offset, noise in (
+        (24, 60, 10, 3, 4.0, 1.3),  # fewer training rows than a perfect fit needs
+        (60, 45, 4, 4, 3.0, 1.2),  # more rows than features: the fit itself is imperfect
+        (40, 50, 5, 2, 5.0, 1.5),
+    ):
+        X, y = _blobs(rng, n_train + n_test, d, n_classes, offset, noise)
+        probes.append((X[:n_train], y[:n_train], X[n_train:], y[n_train:]))
+    return probes
+
+
+def _infer_probe(learner) -> list[Finding]:
+    """Accuracies on three probe sets, compared with every combination of the choices.
+
+    A probe returns one number, so one data set cannot tell the choices apart; three sets
+    give each combination its own triple of accuracies. If the learner's triple matches
+    combinations that disagree on the mistakes, nothing is measured.
+    """
+    probes = _probe_probes()
+    got = []
+    for args in probes:
+        o = learner(*(a.copy() for a in args))
+        if not o.ok:
+            return []
+        value = o.value
+        if isinstance(value, (float, int, np.floating, np.integer)) and not isinstance(
+            value, (bool, np.bool_)
+        ):
+            got.append(float(value))
+            continue
+        a = o.array(0) if o.arity == 1 else None
+        if a is None or a.size != 1 or a.dtype == bool:
+            return []
+        got.append(float(a.reshape(-1)[0]))
+    keys = list(_PROBE_CHOICES)
+    matched = {}
+    for combo in itertools.product(*_PROBE_CHOICES.values()):
+        choice = dict(zip(keys, combo, strict=True))
+        want = [_probe_build(**choice)(*args) for args in probes]
+        if close(got, want, rel=0.0, abs_=1e-9):
+            matched[_probe_ids(choice)] = want
+    if len(matched) != 1:
+        return []
+    ids, want = next(iter(matched.items()))
+    right = [_probe_reference(*args) for args in probes]
+    shown = ", ".join(fmt(g) for g in got)
+    correct = ", ".join(fmt(r) for r in right)
+    what = f"on three probe sets your accuracies are {shown} (right: {correct})"
+    details = {
+        "probe-trained-on-test": f"{what}; they are reproduced by a probe fitted on the test rows.",
+        "probe-scored-on-train": f"{what}; they are reproduced by a probe scored on its own "
+        "training rows.",
+        "labels-misaligned": f"{what}; they are reproduced by a probe fitted to labels that no "
+        "longer belong to their rows (shifted or sorted).",
+        "probe-no-bias": f"{what}; they are reproduced by a probe without the column of ones "
+        "(the features lie far from the origin).",
+    }
+    return [Finding(i, details[i]) for i in sorted(ids)]
+
+
 register(
     Exercise(
         name="probe_accuracy",
@@ -159,30 +279,36 @@ register(
             "attnlib.tasks.syntax.fit_probe",
             "attnlib.tasks.syntax.probe_predict",
         ),
+        infer=_infer_probe,
+        build=_probe_build,
         misconceptions=(
             Misconception(
                 "probe-trained-on-test",
                 "The probe was fitted on the test rows it is scored on, so it can memorise "
                 "them. Fit W on X_train, y_train only; use X_test, y_test only for scoring.",
                 (_probe_on_test,),
+                {"fit": "test"},
             ),
             Misconception(
                 "probe-scored-on-train",
                 "The accuracy is measured on the training rows. A probe with many features "
                 "fits its training rows well whatever they encode: score it on X_test.",
                 (_probe_scored_on_train,),
+                {"score": "train"},
             ),
             Misconception(
                 "labels-misaligned",
                 "The labels no longer belong to their rows (shifted, sorted or shuffled "
                 "separately from X). Row i of X_train must be fitted to y_train[i].",
                 (_probe_labels_shifted, _probe_labels_sorted),
+                {"labels": "shifted"},
             ),
             Misconception(
                 "probe-no-bias",
                 "The probe has no bias: append a column of ones to X (for both fitting and "
                 "predicting), or vectors far from the origin are classified badly.",
                 (_probe_no_bias,),
+                {"bias": False},
             ),
         ),
     )
@@ -239,6 +365,83 @@ def _attention_sum(weights, positions):
     return weights[batch, :, positions].sum(0)
 
 
+def _attention_build(*, index="paired", reduce="mean", axis="sentences"):
+    """attention_on with the given choices; the defaults give the correct function.
+
+    ``index="broadcast"`` indexes weights[:, :, positions] (every sentence at every
+    sentence's position); ``reduce`` "mean" or "sum"; ``axis`` "sentences" or "heads"
+    (what the mean or sum runs over).
+    """
+
+    def fn(weights, positions):
+        if index == "paired":
+            sel = weights[torch.arange(weights.shape[0]), :, positions]  # (batch, n_heads)
+            dims = (0,) if axis == "sentences" else (1,)
+        else:
+            sel = weights[:, :, positions]  # (batch, n_heads, batch)
+            dims = (0, 2) if axis == "sentences" else (1,)
+        return sel.mean(dim=dims) if reduce == "mean" else sel.sum(dim=dims)
+
+    return fn
+
+
+_ATTENTION_CHOICES = {
+    "index": ("paired", "broadcast"),
+    "reduce": ("mean", "sum"),
+    "axis": ("sentences", "heads"),
+}
+
+
+def _infer_attention_on(learner) -> list[Finding]:
+    """Which indexing and which reduction reproduce the learner's result on one probe
+    (batch 5, n_heads 3, seq_k 7: every size different, so each choice has its shape or
+    its numbers)."""
+    gen = torch.Generator().manual_seed(929)
+    batch, n_heads, seq_k = 5, 3, 7
+    weights = torch.softmax(torch.randn(batch, n_heads, seq_k, generator=gen) * 2, dim=-1)
+    positions = torch.tensor([3, 0, 6, 3, 1])
+    o = learner(weights.clone(), positions.clone())
+    y = o.array(0) if o.ok and o.arity == 1 else None
+    if y is None or y.dtype == bool:
+        return []
+    rel = max(1e-6, 2e3 * o.eps)
+    keys = list(_ATTENTION_CHOICES)
+    for combo in itertools.product(*_ATTENTION_CHOICES.values()):
+        c = dict(zip(keys, combo, strict=True))
+        want = _attention_build(**c)(weights.double(), positions).numpy()
+        if not close(y, want, rel=rel, abs_=1e-9):
+            continue
+        found = []
+        if c["index"] == "broadcast":
+            found.append(
+                Finding(
+                    "index-broadcast",
+                    f"with batch {batch} your result is reproduced from weights[:, :, "
+                    f"positions], shape {(batch, n_heads, batch)}: sentence b is read at "
+                    "every sentence's position, not only at its own.",
+                )
+            )
+        if c["axis"] == "heads":
+            found.append(
+                Finding(
+                    "mean-over-heads",
+                    f"your result has shape {y.shape}: one number per sentence (the "
+                    f"{n_heads} heads were reduced), not one per head.",
+                )
+            )
+        if c["reduce"] == "sum":
+            found.append(
+                Finding(
+                    "sum-not-mean",
+                    "your result is reproduced by a sum where a mean belongs; some of its "
+                    f"numbers exceed 1 (largest {fmt(float(y.max()))}), which no mean "
+                    "weight can.",
+                )
+            )
+        return found
+    return []
+
+
 def _attention_case(label, seed, batch, n_heads, seq_k):
     gen = torch.Generator().manual_seed(seed)
     weights = torch.softmax(torch.randn(batch, n_heads, seq_k, generator=gen) * 2, dim=-1)
@@ -267,6 +470,8 @@ register(
         make_cases=_attention_cases,
         make_hidden_cases=_attention_hidden_cases,
         forbidden=("attnlib.tasks.syntax.attention_on",),
+        infer=_infer_attention_on,
+        build=_attention_build,
         misconceptions=(
             Misconception(
                 "index-broadcast",
@@ -274,18 +479,21 @@ register(
                 "position (shape (batch, n_heads, batch)). Pair sentence b with its own "
                 "position: weights[torch.arange(batch), :, positions].",
                 (_attention_broadcast,),
+                {"index": "broadcast"},
             ),
             Misconception(
                 "mean-over-heads",
                 "The mean runs over the heads, giving one number per sentence. Average over "
                 "the sentences (axis 0) to get one number per head.",
                 (_attention_over_heads,),
+                {"axis": "heads"},
             ),
             Misconception(
                 "sum-not-mean",
                 "The weights are summed over the sentences; take the mean, so that the "
                 "result is a weight between 0 and 1 whatever the batch size.",
                 (_attention_sum,),
+                {"reduce": "sum"},
             ),
         ),
     )
