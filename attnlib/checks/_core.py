@@ -581,6 +581,10 @@ def _forbidden_codes(ex: Exercise) -> dict:
     for dotted in ex.forbidden:
         mod_name, attr = dotted.rsplit(".", 1)
         obj = getattr(_import_module(mod_name), attr)
+        # a validated function (attnlib._validate.validated) is a generic wrapper around
+        # its body: watch the body, whose code is the function's own
+        while hasattr(obj, "__wrapped__"):
+            obj = obj.__wrapped__
         code = getattr(obj, "__code__", None)
         if code is not None:
             codes[_code_key(code)] = dotted

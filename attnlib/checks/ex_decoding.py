@@ -116,10 +116,13 @@ def _decode_variant(
     raise_empty=False,
     order="cache-first",
     axis=-2,
+    offset=0,
 ):
     """A decoding step with the given choices; the defaults give the correct one.
 
-    ``axis`` is the axis the cache grows along (0 is right for 2-D inputs only).
+    ``axis`` is the axis the cache grows along (0 is right for 2-D inputs only);
+    ``offset`` moves the bottom-right mask's diagonal: new query i sees keys
+    0 .. seq_past + i + offset (-1: not itself, +1: one token of its future).
     """
 
     def fn(q_new, k_new, v_new, k_cache, v_cache):
@@ -133,6 +136,9 @@ def _decode_variant(
             raise ValueError("zero-size array to reduction operation maximum")
         seq_new, seq_k = q_new.shape[-2], k_att.shape[-2]
         m = None if mask is None else _causal_mask(seq_new, seq_k, align=mask)
+        if mask == "bottom_right" and offset:
+            last = seq_k - seq_new + np.arange(seq_new)[:, None] + offset  # (seq_new, 1)
+            m = np.arange(seq_k)[None, :] <= last  # (seq_new, seq_k)
         out = _np_attend(q_new, k_att, v_att, m)
         return (out, k_all, v_all) if append else (out, k_cache, v_cache)
 
@@ -213,6 +219,23 @@ def _decode_2d_findings(learner) -> list[Finding]:
                 "after it.",
             )
         )
+    elif not np.array_equal(seen, expect):
+        # a causal mask with its diagonal in the wrong place: query i sees keys 0 .. i + o
+        last = [max(r) if r == list(range(len(r))) else None for r in sets]
+        offsets = {last[i] - i for i in range(seq_new) if last[i] is not None and last[i] < d_v - 1}
+        if None not in last and len(offsets) == 1:
+            o = offsets.pop()
+            found.append(
+                Finding(
+                    "mask-wrong-offset",
+                    f"with {seq_past} cached keys, new query i sees keys 0..i + {o} ({sets}); "
+                    f"it sits at position {seq_past} + i and must see keys 0..i + {seq_past}, "
+                    "itself included"
+                    + (" — one key short: its own" if o == seq_past - 1 else "")
+                    + (" — one key too many: the next token's" if o == seq_past + 1 else "")
+                    + ".",
+                )
+            )
     return found
 
 
@@ -249,6 +272,11 @@ register(
             # attending to the cache only: the new keys' mask cannot be seen
             frozenset({"new-key-not-included", "mask-blocks-past"}),
             frozenset({"new-key-not-included", "no-causal-mask-in-chunk"}),
+            # only a bottom-right mask has a diagonal to misplace
+            frozenset({"mask-wrong-offset", "mask-blocks-past"}),
+            frozenset({"mask-wrong-offset", "no-causal-mask-in-chunk"}),
+            frozenset({"mask-wrong-offset", "new-key-not-included"}),
+            frozenset({"mask-wrong-offset", "cache-wrong-order"}),
             # keys in the wrong order: which positions a query sees is not the question
             frozenset({"cache-wrong-order", "new-key-not-included"}),
             frozenset({"cache-wrong-order", "mask-blocks-past"}),
@@ -304,6 +332,17 @@ register(
                 {"mask": "top_left"},
             ),
             Misconception(
+                "mask-wrong-offset",
+                "The causal mask's diagonal is in the wrong place. New query i sits at "
+                "position seq_past + i, so it sees keys 0 .. seq_past + i — itself included, "
+                "no later token. Off by one either way (`<` instead of `<=`, or a diagonal "
+                "offset of seq_past ± 1, or seq_new instead of seq_past) hides the token's "
+                "own key or shows it the next one: "
+                "causal_mask(seq_new, seq_past + seq_new, align='bottom_right').",
+                (_decode_variant(offset=-1), _decode_variant(offset=1)),
+                {"offset": -1},
+            ),
+            Misconception(
                 "no-causal-mask-in-chunk",
                 "With several new tokens at once, each must not see the new tokens after it. "
                 "One new token may see everything; a chunk needs the bottom-right causal mask.",
@@ -344,6 +383,7 @@ _register_parts(
                     "cache-wrong-axis",
                     "new-key-not-included",
                     "mask-blocks-past",
+                    "mask-wrong-offset",
                     "no-causal-mask-in-chunk",
                 ),
             },
@@ -454,24 +494,34 @@ def _online_masked_cases(seed: int = 1112) -> list[Case]:
 
 
 def _online_variant(
-    *, rescale_sum=True, rescale_acc=True, update_max=True, sign=1.0, guard_empty=True
+    *,
+    rescale_sum=True,
+    rescale_acc=True,
+    update_max=True,
+    sign=1.0,
+    guard_empty=True,
+    p_max="new",
 ):
     """The running-softmax update with the given choices; the defaults give the right one.
 
-    ``update_max``: True, False (m kept) or "block" (the block's max alone, the old max
-    forgotten); ``sign=-1`` turns the rescaling factor upside down; ``guard_empty=False``
-    subtracts a max of -inf in a row that has seen only masked keys.
+    ``update_max``: True, False (m kept), "block" (the block's max alone, the old max
+    forgotten) or "global" (the largest score of the whole block, every row alike);
+    ``sign=-1`` turns the rescaling factor upside down; ``guard_empty=False`` subtracts a
+    max of -inf in a row that has seen only masked keys; ``p_max="old"`` takes the block's
+    exponentials against the stale max m instead of m_new.
     """
 
     def fn(m, l, acc, s_block, v_block):
         if update_max == "block":
             m_new = s_block.max(axis=-1, keepdims=True)
+        elif update_max == "global":
+            m_new = np.maximum(m, s_block.max())
         else:
             m_new = np.maximum(m, s_block.max(axis=-1, keepdims=True)) if update_max else m
         with np.errstate(all="ignore"):
             m_safe = np.where(np.isfinite(m_new), m_new, 0.0) if guard_empty else m_new
             alpha = np.exp(sign * (m - m_safe))
-            p = np.exp(s_block - m_safe)
+            p = np.exp(s_block - (m_safe if p_max == "new" else m))
             l_new = (l * alpha if rescale_sum else l) + p.sum(axis=-1, keepdims=True)
             acc_new = (acc * alpha if rescale_acc else acc) + p @ v_block
         return m_new, l_new, acc_new
@@ -544,22 +594,42 @@ def _infer_online(learner) -> list[Finding]:
                 f"lowers m to the block's own max ({np.round(m2_new[:, 0], 2).tolist()}).",
             )
         )
+    whole = np.maximum(m, s.max())  # a max over the whole block, every row alike
     if not close(m_new, np.maximum(m, block_max)):
+        if not (close(m_new, whole) and np.isfinite(m_new).all()):
+            return found
+        found.append(
+            Finding(
+                "max-over-whole-block",
+                f"for rows whose own largest scores are {np.round(block_max[:, 0], 2).tolist()} "
+                f"your m_new is {np.round(m_new[:, 0], 2).tolist()}: the largest score of the "
+                "whole block, the same for every row.",
+            )
+        )
+    # The same block against a second running state: new = a * old + b * fresh separates
+    # the factor on what was summed before (a) from the one on the block's terms (b).
+    o2 = learner(m.copy(), 2.0 * l + 0.7, acc[::-1].copy() - 0.3, s.copy(), v.copy())
+    if not o2.ok or o2.arity != 3 or any(x is None for x in o2.parts):
         return found
-    tol = tolerances(max(o.eps for o in outcomes))
+    tol = tolerances(max(o.eps for o in (*outcomes, o2)))
     alpha = np.exp(m - m_new)  # (seq_q, 1), < 1 here: the max rose
-    p = np.exp(s - m_new)
-    for name, new, old, fresh, mid in (
-        ("l", l_new, l, p.sum(axis=-1, keepdims=True), "sum-not-rescaled"),
-        ("acc", acc_new, acc, p @ v, "acc-not-rescaled"),
-    ):
-        if new.shape != fresh.shape:
+    p = np.exp(s - m_new)  # against the learner's own m_new
+    stale = False
+    for name, new, new2, old, old2, fresh, mid in (
+        ("l", l_new, o2.parts[1], l, 2.0 * l + 0.7, p.sum(axis=-1, keepdims=True),
+         "sum-not-rescaled"),
+        ("acc", acc_new, o2.parts[2], acc, acc[::-1] - 0.3, p @ v, "acc-not-rescaled"),
+    ):  # fmt: skip
+        if new.shape != fresh.shape or new2.shape != fresh.shape:
             continue
-        f = _factor(new, old, fresh, *tol)
-        if f is None:
+        a = _factor(new - new2, old - old2, np.zeros_like(fresh), *tol)
+        if a is None:
             continue
-        shown = np.round(f[:, 0], 4).tolist()
-        if close(f, np.ones_like(f), rel=tol[0]):
+        b = _factor(new - a * old, fresh, np.zeros_like(fresh), *tol)
+        if b is None:
+            continue
+        shown = np.round(a[:, 0], 4).tolist()
+        if close(a, np.ones_like(a), rel=tol[0]):
             found.append(
                 Finding(
                     mid,
@@ -567,13 +637,24 @@ def _infer_online(learner) -> list[Finding]:
                     f"{shown}); exp(m_old - m_new) = {np.round(alpha[:, 0], 4).tolist()}.",
                 )
             )
-        elif close(f, 1 / alpha, rel=tol[0]):
+        elif close(a, 1 / alpha, rel=tol[0]):
             found.append(
                 Finding(
                     "rescale-inverted",
                     f"when the max rises the old {name} is multiplied by {shown} = "
                     "exp(m_new - m_old), which is > 1; it should shrink by exp(m_old - m_new) "
                     f"= {np.round(alpha[:, 0], 4).tolist()}.",
+                )
+            )
+        if not stale and close(b, 1 / alpha, rel=tol[0]):
+            stale = True
+            found.append(
+                Finding(
+                    "stale-max",
+                    f"the block's terms added to {name} are exp(score - m_old): "
+                    f"{np.round(b[:, 0], 4).tolist()} = exp(m_new - m_old) times "
+                    "exp(score - m_new), for a block that raised the max from "
+                    f"{m[:, 0].tolist()} to {np.round(m_new[:, 0], 2).tolist()}.",
                 )
             )
     return found
@@ -605,6 +686,12 @@ register(
             # both already make every row of a first block NaN (l = 0 times inf)
             frozenset({"max-not-updated", "masked-row-nan"}),
             frozenset({"rescale-inverted", "masked-row-nan"}),
+            # one max for every row: a row that has seen nothing gets a finite max, no NaN
+            frozenset({"max-over-whole-block", "masked-row-nan"}),
+            # the stale max makes every row of a first block inf; with m never updated it
+            # is no longer stale
+            frozenset({"stale-max", "masked-row-nan"}),
+            frozenset({"stale-max", "max-not-updated"}),
         ),
         misconceptions=(
             Misconception(
@@ -638,6 +725,24 @@ register(
                 {"update_max": "block"},
             ),
             Misconception(
+                "max-over-whole-block",
+                "The new max is the largest score of the whole block — every row gets the "
+                "same one. Each query row keeps its own running max: take the max along the "
+                "keys, s_block.max(axis=-1, keepdims=True). With one max for all rows, a row "
+                "whose scores are far below another row's underflows to l = 0.",
+                (_online_variant(update_max="global"),),
+                {"update_max": "global"},
+            ),
+            Misconception(
+                "stale-max",
+                "The block's exponentials use the old max: p = exp(s_block - m) instead of "
+                "exp(s_block - m_new). The old terms were rescaled to m_new, so the new ones "
+                "must be taken against m_new too (on a first block, m = -inf makes them "
+                "overflow to inf).",
+                (_online_variant(p_max="old"),),
+                {"p_max": "old"},
+            ),
+            Misconception(
                 "rescale-inverted",
                 "The rescaling factor is upside down: it must be exp(m_old - m_new) <= 1, "
                 "shrinking what was summed against the smaller old max.",
@@ -663,6 +768,8 @@ _ONLINE_IDS = (
     "acc-not-rescaled",
     "max-not-updated",
     "max-ignores-previous",
+    "max-over-whole-block",
+    "stale-max",
     "rescale-inverted",
 )
 _register_parts(
@@ -744,14 +851,22 @@ def _rotary_wide_v_cases(seed: int = 1213) -> list[Case]:
     ]
 
 
-def _rotate(x, positions, *, sign=1.0, pairing="interleaved", freq_step=2):
+def _rotate(x, positions, *, sign=1.0, pairing="interleaved", freq_step=2, in_place=False):
+    """Rotate planes of ``x`` by position · 10000^(-freq_step·i/d_k). ``freq_step``: 2 is
+    right; 1 drops the 2, 4 counts it twice (``arange(0, d_k, 2)`` times 2), -2 flips the
+    exponent's sign. ``in_place``: the second coordinate is computed from the first one
+    already overwritten."""
     d_k = x.shape[-1]
     half = d_k // 2
     freq = 10000.0 ** (-freq_step * np.arange(half) / d_k)  # (d_k/2,)
     ang = sign * np.asarray(positions, dtype=np.float64)[:, None] * freq  # (seq, d_k/2)
     cos, sin = np.cos(ang), np.sin(ang)
     out = np.empty_like(x)
-    if pairing == "interleaved":
+    if pairing == "interleaved" and in_place:
+        x0, x1 = x[..., 0::2], x[..., 1::2]
+        out[..., 0::2] = x0 * cos - x1 * sin
+        out[..., 1::2] = out[..., 0::2] * sin + x1 * cos
+    elif pairing == "interleaved":
         x0, x1 = x[..., 0::2], x[..., 1::2]
         out[..., 0::2] = x0 * cos - x1 * sin
         out[..., 1::2] = x0 * sin + x1 * cos
@@ -790,8 +905,17 @@ _ROTATIONS = [
     {"sign": sign, "pairing": pairing, "freq_step": step}
     for sign in (1.0, -1.0)
     for pairing in ("interleaved", "half")
-    for step in (2, 1)
+    for step in (2, 1, 4, -2)
+] + [
+    {"sign": sign, "freq_step": step, "in_place": True}
+    for sign in (1.0, -1.0)
+    for step in (2, 1, 4, -2)
 ]
+_FREQUENCIES = {
+    1: "10000^(-i/d_k): the 2 of 2i is missing",
+    4: "10000^(-4i/d_k): the 2 is counted twice (np.arange(0, d_k, 2) already holds 2i)",
+    -2: "10000^(+2i/d_k): the exponent's sign is flipped, so the angles grow with i",
+}
 
 
 def _infer_rotary(learner) -> list[Finding]:
@@ -861,12 +985,21 @@ def _infer_rotary(learner) -> list[Finding]:
                     "(rotate-half) instead of 2i with 2i + 1.",
                 )
             )
-        if rot.get("freq_step") == 1:
+        if rot.get("freq_step", 2) != 2:
             found.append(
                 Finding(
                     "wrong-frequencies",
-                    "your weights are reproduced with angles position · 10000^(-i/d_k) "
-                    "instead of 10000^(-2i/d_k).",
+                    "your weights are reproduced with angles position · "
+                    f"{_FREQUENCIES[rot['freq_step']]}; plane i turns at 10000^(-2i/d_k).",
+                )
+            )
+        if rot.get("in_place"):
+            found.append(
+                Finding(
+                    "rotation-overwrites-input",
+                    "your weights are reproduced by a rotation whose second coordinate is "
+                    "computed from the first one after it was overwritten: "
+                    "(x0·cos - x1·sin)·sin + x1·cos instead of x0·sin + x1·cos.",
                 )
             )
     if not close(out, w @ v, *tol):
@@ -907,6 +1040,9 @@ register(
             frozenset({"no-rotation", "wrong-pairing"}),
             frozenset({"no-rotation", "wrong-frequencies"}),
             frozenset({"no-rotation", "positions-ignored"}),
+            frozenset({"no-rotation", "rotation-overwrites-input"}),
+            # the overwriting is measured on the interleaved layout only
+            frozenset({"wrong-pairing", "rotation-overwrites-input"}),
         ),
         misconceptions=(
             Misconception(
@@ -937,9 +1073,23 @@ register(
             Misconception(
                 "wrong-frequencies",
                 "Plane i turns at the wrong speed. Its angle is position · 10000^(-2i/d_k), "
-                "i = 0 .. d_k/2 - 1.",
-                (_rotary_variant(freq_step=1),),
+                "i = 0 .. d_k/2 - 1: the first plane turns 1 radian per position, the last "
+                "almost not at all. With np.arange(0, d_k, 2) the 2i is already there.",
+                (
+                    _rotary_variant(freq_step=1),
+                    _rotary_variant(freq_step=4),
+                    _rotary_variant(freq_step=-2),
+                ),
                 {"freq_step": 1},
+            ),
+            Misconception(
+                "rotation-overwrites-input",
+                "The second coordinate of each plane is computed from the first one after "
+                "you overwrote it (x[..., 0::2] = ... and then x[..., 1::2] = x[..., 0::2] * "
+                "sin + ...). Compute both new coordinates from the old x0 and x1: keep "
+                "copies, or write into a new array.",
+                (_rotary_variant(in_place=True),),
+                {"in_place": True},
             ),
             Misconception(
                 "only-keys-rotated",
@@ -973,6 +1123,7 @@ _ROTATION_IDS = (
     "wrong-pairing",
     "angle-sign",
     "wrong-frequencies",
+    "rotation-overwrites-input",
     "only-keys-rotated",
     "positions-ignored",
     "no-rotation",
