@@ -5,7 +5,12 @@
   ``notebooks/``, else the checkout this package was installed from (editable installs).
 * :func:`lesson_paths` — every ``NN_name.ipynb`` of a notebooks folder, in lesson order;
 * :func:`lesson_info` / :func:`discover_lessons` — the same with each lesson's number,
-  title and time estimate read from the notebook.
+  title and time estimate read from the notebook;
+* :func:`lesson_length` — how long a lesson's core really is: its words, code cells and
+  exercise minutes, and the time they add up to by the course's rule (:data:`WORDS_PER_MINUTE`
+  of reading, each exercise's own estimate, :data:`MINUTES_PER_CODE_CELL` to read and run a
+  cell). The optional part at a lesson's end (from a ``## Optional`` heading to the further
+  reading) is counted apart.
 """
 
 from __future__ import annotations
@@ -19,9 +24,13 @@ __all__ = [
     "LESSON_RE",
     "Lesson",
     "course_root",
+    "Length",
+    "MAX_CORE_WORDS",
     "discover_lessons",
     "lesson_info",
+    "lesson_length",
     "lesson_paths",
+    "stated_minutes",
 ]
 
 LESSON_RE = re.compile(r"^(\d\d)_[A-Za-z0-9_]+\.ipynb$")
@@ -124,3 +133,99 @@ def lesson_info(path: str | Path) -> Lesson:
 def discover_lessons(notebooks: str | Path) -> list[Lesson]:
     """Every lesson in ``notebooks`` with its number, title and time, in lesson order."""
     return [lesson_info(p) for p in lesson_paths(notebooks)]
+
+
+# ----------------------------------------------------------------------------------------
+# How long a lesson is
+# ----------------------------------------------------------------------------------------
+
+#: Reading speed for technical prose with equations and figures to look at (words/minute).
+#: Plain prose reads at ~240 words/minute; study reading of technical text is slower, and
+#: 150 leaves room for the figures a paragraph points at.
+WORDS_PER_MINUTE = 150
+#: Reading a code cell, running it and looking at what it prints or draws.
+MINUTES_PER_CODE_CELL = 0.2
+#: The most words a lesson's core may have; more goes to its optional part or a new lesson.
+MAX_CORE_WORDS = 2500
+OPTIONAL_RE = re.compile(r"^##\s+Optional\b")
+END_RE = re.compile(r"^##\s+(Further reading|Summary)\b")
+EXERCISE_TIME_RE = re.compile(r"\*\*Time\*\*\s*:?\s*~?\s*(\d+)\s*min")
+STATED_RE = re.compile(r"~\s*(\d+)\s*minutes")
+
+
+@dataclass(frozen=True)
+class Length:
+    """A lesson's size by the course's rule (see :func:`lesson_length`).
+
+    Attributes
+    ----------
+    words, code_cells, exercise_minutes : the core's markdown words, code cells and the sum
+        of its exercises' own ``**Time**: ~N min`` estimates.
+    optional_words, optional_code_cells, optional_exercise_minutes : the same for the
+        optional part (0 when the lesson has none).
+    """
+
+    words: int
+    code_cells: int
+    exercise_minutes: int
+    optional_words: int = 0
+    optional_code_cells: int = 0
+    optional_exercise_minutes: int = 0
+
+    @staticmethod
+    def _minutes(words: int, code: int, exercises: int) -> float:
+        return words / WORDS_PER_MINUTE + exercises + MINUTES_PER_CODE_CELL * code
+
+    @property
+    def minutes(self) -> float:
+        """The core's time: reading + exercises + code cells."""
+        return self._minutes(self.words, self.code_cells, self.exercise_minutes)
+
+    @property
+    def optional_minutes(self) -> float:
+        return self._minutes(
+            self.optional_words, self.optional_code_cells, self.optional_exercise_minutes
+        )
+
+
+def _source(cell) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else src
+
+
+def lesson_length(path: str | Path) -> Length:
+    """Count a lesson's core and optional part by the course's rule.
+
+    The optional part starts at a markdown cell whose first line is a ``## Optional …``
+    heading and runs to just before ``## Further reading`` (or ``## Summary``); everything
+    else is the core. Words are whitespace-separated tokens of markdown cells (maths and
+    link targets included); exercise minutes are read from the ``**Time**: ~N min`` line of
+    each exercise (a markdown cell with ``**Difficulty**``).
+    """
+    import json
+
+    path = Path(path)
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    counts = {False: [0, 0, 0], True: [0, 0, 0]}  # optional? -> words, code cells, minutes
+    optional = False
+    for cell in cells:
+        src = _source(cell)
+        first = src.lstrip().split("\n", 1)[0]
+        if cell["cell_type"] == "markdown":
+            if OPTIONAL_RE.match(first):
+                optional = True
+            elif END_RE.match(first):
+                optional = False
+            counts[optional][0] += len(src.split())
+            if "**Difficulty**" in src and (m := EXERCISE_TIME_RE.search(src)):
+                counts[optional][2] += int(m.group(1))
+        elif cell["cell_type"] == "code":
+            counts[optional][1] += 1
+    (w, c, e), (ow, oc, oe) = counts[False], counts[True]
+    return Length(w, c, e, ow, oc, oe)
+
+
+def stated_minutes(path: str | Path) -> int | None:
+    """The ``~N minutes`` a lesson's ``**Time**:`` line states (None if it states none)."""
+    m = STATED_RE.search(lesson_info(path).time)
+    return int(m.group(1)) if m else None
