@@ -161,7 +161,7 @@ def topk_argsort(index_scores, k, mask):
     return keep & mask
 
 
-def topk_threshold(index_scores, k, mask):
+def topk_threshold(index_scores, k, mask):  # keeps every key tied with the k-th
     s = torch.where(mask, index_scores, -torch.inf)
     kk = min(k, s.shape[-1])
     if kk == 0:
@@ -186,7 +186,6 @@ CORRECT = [
     ("absorbed_scores", latent_decompressed),
     ("absorbed_scores", latent_numpy),
     ("topk_mask", topk_argsort),
-    ("topk_mask", topk_threshold),
     ("topk_mask", topk_numpy),
 ]
 
@@ -285,9 +284,15 @@ MISTAKES = [
     ("absorbed_scores", latent_transposed_latent_scale, ["up-projection-transposed"]),
     ("absorbed_scores", latent_scaled_by_latent, ["scale-latent-width"]),
     ("topk_mask", topk_ascending_sort, ["topk-lowest"]),
-    ("topk_mask", topk_no_mask_threshold, ["topk-off-by-one", "topk-ignores-mask"]),
-    ("topk_mask", topk_then_mask, ["topk-mask-after-selection"]),
-    ("topk_mask", topk_fill_without_and, ["topk-ignores-mask"]),
+    # torch.topk keeps no particular key among ties, a threshold keeps them all
+    (
+        "topk_mask",
+        topk_no_mask_threshold,
+        ["topk-off-by-one", "topk-ignores-mask", "topk-ties-all-kept"],
+    ),
+    ("topk_mask", topk_then_mask, ["topk-mask-after-selection", "topk-tie-break"]),
+    ("topk_mask", topk_fill_without_and, ["topk-ignores-mask", "topk-tie-break"]),
+    ("topk_mask", topk_threshold, ["topk-ties-all-kept"]),
 ]
 
 

@@ -114,6 +114,7 @@ def _window_cases() -> list[Case]:
             (5, 8, 1, " (window 1: each query sees itself only)"),
             (2, 5, 10, " (window >= seq_k: plain causal)"),
             (4, 11, 5, ""),
+            (4, 5, 3, " (early queries: the first ones see fewer than window keys)"),
         )
     ]
 
@@ -129,7 +130,7 @@ def _window_hidden_cases() -> list[Case]:
         drawn.append((seq_q, seq_k, int(rng.integers(1, seq_k + 1))))
     return [
         Case(f"hidden: seq_q={q}, seq_k={k}, window={w}", (q, k, w))
-        for q, k, w in (*drawn, (2, 2, 1), (1, 1, 4))
+        for q, k, w in (*drawn, (2, 2, 1), (1, 1, 4), (7, 7, 4), (3, 4, 3))
     ]
 
 
@@ -295,22 +296,34 @@ def _latent_reference(q, c, W_uk, q_rope, k_rope):
     return absorbed_scores(q, c, W_uk, q_rope=q_rope, k_rope=k_rope)
 
 
-def _latent_build(*, rope=True, way="right", scale="full"):
+def _latent_build(*, rope=True, way="right", scale="full", align="batch"):
     """Latent scores with the given choices; the defaults give the correct function.
 
     ``rope`` False leaves out the rotary part; ``way`` "transposed" multiplies the queries
     by W_ukᵀ (runs only when d_latent = d_head); ``scale`` "full" = 1/√(d_head + d_rope),
-    "latent" = 1/√d_latent, "head" = 1/√d_head.
+    "latent" = 1/√d_latent, "head" = 1/√d_head, "none" = 1, "linear" = 1/(d_head + d_rope),
+    "latent-rope" = 1/√(d_latent + d_rope); ``align`` "heads" multiplies by c and k_rope
+    without a head axis, so that broadcasting lines their batch axis up with the heads
+    (runs only when batch = n_heads or batch = 1).
     """
 
     def fn(q, c, W_uk, q_rope, k_rope):
         d_head, d_rope, d_latent = q.shape[-1], q_rope.shape[-1], c.shape[-1]
         W = W_uk.transpose(-1, -2) if way == "transposed" else W_uk
         q_lat = q @ W  # (batch, n_heads, seq_q, d_latent)
-        s = q_lat @ c.unsqueeze(1).transpose(-1, -2)  # (batch, n_heads, seq_q, seq_k)
+        if align == "heads":
+            c, k_rope = c.transpose(-1, -2), k_rope.transpose(-1, -2)  # batch meets heads
+        else:
+            c, k_rope = c.unsqueeze(1).transpose(-1, -2), k_rope.unsqueeze(1).transpose(-1, -2)
+        s = q_lat @ c  # (batch, n_heads, seq_q, seq_k)
         if rope:
-            s = s + q_rope @ k_rope.unsqueeze(1).transpose(-1, -2)
-        width = {"full": d_head + d_rope, "latent": d_latent, "head": d_head}[scale]
+            s = s + q_rope @ k_rope
+        if scale == "none":
+            return s
+        if scale == "linear":
+            return s / (d_head + d_rope)
+        width = {"full": d_head + d_rope, "latent": d_latent, "head": d_head,
+                 "latent-rope": d_latent + d_rope}[scale]  # fmt: skip
         return s / math.sqrt(width)
 
     return fn
@@ -334,7 +347,8 @@ _LATENT_SIZES = (
     ("batch 2, 3 heads, 4 queries, 6 keys, d_head 4, d_rope 2, d_latent 10", 2, 3, 4, 6, 4, 2, 10),
     ("one new query over 7 cached latents, 2 heads, d_head 6, d_rope 4, d_latent 5",
      1, 2, 1, 7, 6, 4, 5),
-    ("d_latent = d_head = 6 (a wrong-way up-projection runs), d_rope 2", 2, 2, 3, 5, 6, 2, 6),
+    ("batch 3, 2 heads, d_latent = d_head = 6 (a wrong-way up-projection runs), d_rope 2",
+     3, 2, 3, 5, 6, 2, 6),
     ("4 heads, 5 queries, 5 keys, d_head 8, d_rope 4, d_latent 12", 1, 4, 5, 5, 8, 4, 12),
 )  # fmt: skip
 
@@ -354,8 +368,15 @@ def _latent_hidden_cases() -> list[Case]:
 
 
 # Probe 1 has three different widths (d_head + d_rope = 6, d_latent = 10, d_head = 4);
-# probe 2 has d_latent = d_head, the only shapes on which a wrong-way W_uk runs.
-_LATENT_PROBES = ((2, 3, 4, 5, 4, 2, 10), (2, 3, 4, 5, 6, 4, 6))
+# probe 2 has d_latent = d_head, the only shapes on which a wrong-way W_uk runs; probes 3
+# and 4 repeat them with batch = n_heads, the only shapes (with batch > 1) on which latents
+# broadcast against the head axis run.
+_LATENT_PROBES = (
+    (2, 3, 4, 5, 4, 2, 10),
+    (2, 3, 4, 5, 6, 4, 6),
+    (3, 3, 4, 5, 4, 2, 10),
+    (2, 2, 4, 5, 6, 4, 6),
+)
 
 
 def _fit_scores(s, parts):
@@ -377,23 +398,39 @@ def _infer_latent(learner) -> list[Finding]:
         if not np.isfinite(s).all():
             return []
         q, c, W, qr, kr = (a.numpy() for a in args)
-        ct = np.swapaxes(c, -1, -2)[:, None]  # (batch, 1, d_latent, seq_k)
-        rope = qr @ np.swapaxes(kr, -1, -2)[:, None]  # (batch, n_heads, seq_q, seq_k)
-        ways = [("right", (q @ W) @ ct)]
-        if d_head == d_latent:
-            ways.append(("transposed", (q @ np.swapaxes(W, -1, -2)) @ ct))
-        fits = [(way, *_fit_scores(s, [content, rope])) for way, content in ways]
-        good = [(way, coef) for way, coef, resid in fits if resid < 1e-6]
+        aligns = ["batch"] + (["heads"] if batch == n_heads else [])
+        fits = []
+        for align in aligns:
+            if align == "batch":
+                ct = np.swapaxes(c, -1, -2)[:, None]  # (batch, 1, d_latent, seq_k)
+                krt = np.swapaxes(kr, -1, -2)[:, None]
+            else:  # sequence b of the latents meets head b of the queries
+                ct, krt = np.swapaxes(c, -1, -2), np.swapaxes(kr, -1, -2)
+            rope = qr @ krt  # (batch, n_heads, seq_q, seq_k)
+            ways = [("right", (q @ W) @ ct)]
+            if d_head == d_latent:
+                ways.append(("transposed", (q @ np.swapaxes(W, -1, -2)) @ ct))
+            fits += [(way, align, *_fit_scores(s, [content, rope])) for way, content in ways]
+        good = [(way, align, coef) for way, align, coef, resid in fits if resid < 1e-6]
         if not good:
             return []
-        way, (alpha, beta) = good[0]
-        return _latent_findings(way, alpha, beta, sizes)
+        way, align, (alpha, beta) = good[0]
+        return _latent_findings(way, alpha, beta, sizes, align)
     return []
 
 
-def _latent_findings(way, alpha, beta, sizes) -> list[Finding]:
-    *_, d_head, d_rope, d_latent = sizes
+def _latent_findings(way, alpha, beta, sizes, align="batch") -> list[Finding]:
+    batch, n_heads, *_, d_head, d_rope, d_latent = sizes
     found = []
+    if align == "heads":
+        found.append(
+            Finding(
+                "latents-broadcast-over-heads",
+                f"your function raises when batch ≠ n_heads; with batch = n_heads = {batch} "
+                "the scores of head h are taken against the latents of sequence h, not of the "
+                "query's own sequence.",
+            )
+        )
     if way == "transposed":
         found.append(
             Finding(
@@ -417,9 +454,19 @@ def _latent_findings(way, alpha, beta, sizes) -> list[Finding]:
         (1 / math.sqrt(d_head + d_rope), "", ""),
         (1 / math.sqrt(d_latent), f"1/√d_latent = 1/√{d_latent}", "scale-latent-width"),
         (1 / math.sqrt(d_head), f"1/√d_head = 1/√{d_head}", "scale-head-only"),
+        (1.0, "1 (no scaling)", "scale-missing"),
+        (1 / (d_head + d_rope), f"1/(d_head + d_rope) = 1/{d_head + d_rope}", "scale-not-sqrt"),
+        (
+            1 / math.sqrt(d_latent + d_rope),
+            f"1/√(d_latent + d_rope) = 1/√{d_latent + d_rope}",
+            "scale-latent-plus-rope",
+        ),
     ]
     if d_latent == d_head:
-        candidates = candidates[:1]  # the two wrong widths cannot be told apart here
+        # the latent and head widths cannot be told apart here
+        candidates = [
+            x for x in candidates if x[2] not in ("scale-latent-width", "scale-head-only")
+        ]
     named = name_factor(alpha, candidates, rel=1e-4)
     if named is not None and named[1]:
         found.append(
@@ -448,6 +495,8 @@ register(
             # a wrong-way W_uk runs only when d_latent = d_head: the two widths are then equal
             frozenset({"up-projection-transposed", "scale-latent-width"}),
             frozenset({"up-projection-transposed", "scale-head-only"}),
+            # with d_latent = d_head, √(d_latent + d_rope) is the right width
+            frozenset({"up-projection-transposed", "scale-latent-plus-rope"}),
         ),
         misconceptions=(
             Misconception(
@@ -482,6 +531,40 @@ register(
                 (_latent_build(scale="head"),),
                 {"scale": "head"},
             ),
+            Misconception(
+                "scale-missing",
+                "The scores are not scaled at all. Like every attention score they are "
+                "divided by the square root of the width of the dot product, here "
+                "√(d_head + d_rope), so that their spread does not grow with the width "
+                "(lesson 04).",
+                (_latent_build(scale="none"),),
+                {"scale": "none"},
+            ),
+            Misconception(
+                "scale-not-sqrt",
+                "The scores were divided by d_head + d_rope itself. The spread of a dot "
+                "product of width d grows like √d, so the scale is 1/√(d_head + d_rope).",
+                (_latent_build(scale="linear"),),
+                {"scale": "linear"},
+            ),
+            Misconception(
+                "scale-latent-plus-rope",
+                "The scores were divided by √(d_latent + d_rope), the width of what is "
+                "cached. The dot product is still one of a query and a key of width "
+                "d_head + d_rope, however it is computed: divide by √(d_head + d_rope).",
+                (_latent_build(scale="latent-rope"),),
+                {"scale": "latent-rope"},
+            ),
+            Misconception(
+                "latents-broadcast-over-heads",
+                "c (batch, seq_k, d_latent) and k_rope (batch, seq_k, d_rope) have no head "
+                "axis. Transposed without one, (batch, d_latent, seq_k) broadcasts against "
+                "the queries' (batch, n_heads, ...) with its batch axis in the place of the "
+                "heads: it fails when batch ≠ n_heads and silently mixes sequences when they "
+                "are equal. Insert the head axis: c[:, None] (or c.unsqueeze(1)).",
+                (_latent_build(align="heads"),),
+                {"align": "heads"},
+            ),
         ),
     )
 )
@@ -498,12 +581,15 @@ def _topk_reference(index_scores, k, mask):
     return topk_mask(index_scores, k, mask=mask)
 
 
-def _topk_build(*, order="high", k_shift=0, masking="before"):
+def _topk_build(*, order="high", k_shift=0, masking="before", ties="lower"):
     """Top-k selection with the given choices; the defaults give the correct function.
 
     ``order`` "low" keeps the lowest scores; ``k_shift`` keeps k + k_shift keys;
     ``masking`` "before" (right: choose among the allowed keys), "after" (choose among all
-    keys, then drop the forbidden ones) or "ignore" (never look at the mask).
+    keys, then drop the forbidden ones) or "ignore" (never look at the mask); ``ties``
+    "lower" (right: among equal scores the lower key index), "higher" (the higher index,
+    as the last k of an ascending stable sort), "topk" (whatever torch.topk returns) or
+    "all" (every key scoring at least the k-th score: a threshold keeps all the tied).
     """
 
     def fn(index_scores, k, mask):
@@ -511,8 +597,20 @@ def _topk_build(*, order="high", k_shift=0, masking="before"):
         if masking == "before":
             key = key.masked_fill(~mask, float("-inf"))  # (batch, seq_q, seq_k)
         n = max(0, min(k + k_shift, key.shape[-1]))
-        top = key.topk(n, dim=-1).indices  # (batch, seq_q, n)
-        keep = torch.zeros(key.shape, dtype=torch.bool).scatter(-1, top, True)
+        if ties == "all":
+            if n == 0:
+                keep = torch.zeros(key.shape, dtype=torch.bool)
+            else:
+                kth = key.sort(dim=-1, descending=True).values[..., n - 1 : n]  # (..., 1)
+                keep = key >= kth
+        else:
+            if ties == "topk":
+                top = key.topk(n, dim=-1).indices  # (batch, seq_q, n)
+            elif ties == "higher":
+                top = key.argsort(dim=-1, stable=True)[..., key.shape[-1] - n :]
+            else:
+                top = key.argsort(dim=-1, descending=True, stable=True)[..., :n]
+            keep = torch.zeros(key.shape, dtype=torch.bool).scatter(-1, top, True)
         return keep & mask if masking != "ignore" else keep
 
     return fn
@@ -520,6 +618,11 @@ def _topk_build(*, order="high", k_shift=0, masking="before"):
 
 def _topk_scores(gen, *shape):
     return torch.randn(*shape, generator=gen, dtype=torch.float64)
+
+
+def _relu_scores(gen, *shape):
+    """Index scores as an indexer's ReLU makes them: many exact zeros, so ties."""
+    return torch.randn(*shape, generator=gen, dtype=torch.float64).clamp(min=0) - 0.0
 
 
 def _causal(seq_q, seq_k):
@@ -544,7 +647,23 @@ def _topk_cases(seed: int = 1402, prefix: str = "") -> list[Case]:
              (_topk_scores(gen, 1, 4, 8), 3, holes)),
         Case(prefix + "batch 3, 2 queries, 9 keys, k=1, nothing masked",
              (_topk_scores(gen, 3, 2, 9), 1, torch.ones(2, 9, dtype=torch.bool))),
+        Case(prefix + "ReLU scores (many exact zeros: ties), batch 2, 6 queries, 10 keys, k=4, "
+             "causal", (_relu_scores(gen, 2, 6, 10), 4, _causal(6, 10))),
+        Case(prefix + "tied scores, 3 queries, 12 keys, k=3, nothing masked",
+             (_tied_scores(gen), 3, torch.ones(3, 12, dtype=torch.bool))),
     ]  # fmt: skip
+
+
+def _tied_scores(gen):
+    """(1, 3, 12): a few distinct scores among many equal ones (0 and 1), so that the k-th
+    kept key always falls inside a group of ties."""
+    s = torch.zeros(1, 3, 12, dtype=torch.float64)
+    s[0, 0, [3, 8]] = 2.0 + torch.rand(2, generator=gen, dtype=torch.float64)
+    s[0, 1, :] = 1.0
+    s[0, 1, [0, 5]] = torch.rand(2, generator=gen, dtype=torch.float64) * 0.5
+    s[0, 2, 6] = 3.0
+    s[0, 2, [1, 2]] = -1.0
+    return s
 
 
 def _topk_hidden_cases() -> list[Case]:
@@ -569,6 +688,71 @@ def _topk_probe():
     mask[4] = False
     mask[5, order[5, [-1, 0, 2, 4]]] = False
     return s, 3, mask
+
+
+# Rows of tied scores (all keys allowed), k = 3: one higher score, then a long run of
+# zeros, one lower score, so that the k-th kept key falls among the zeros whether the k
+# highest or the k lowest are kept, and for k - 1 and k + 1 as well.
+_TIE_ROWS = torch.tensor(
+    [
+        [0, 0, 0, 0, 0, 0, 0, 0, 0, 1.5, 0, -1.0],
+        [0, -2.0, 0, 0, 0, 0, 0, 0, 0, 0, 0.7, 0],
+        [0.4, 0, 0, 0, 0, 0, -0.3, 0, 0, 0, 0, 0],
+    ],
+    dtype=torch.float64,
+)
+
+
+def _tie_findings(learner, n, high) -> list[Finding]:
+    """What the learner keeps among tied scores (rows of _TIE_ROWS, all keys allowed), given
+    the count ``n`` and the direction ``high`` measured on distinct scores."""
+    s_t = _TIE_ROWS[None]  # (1, rows, seq_k)
+    mask = torch.ones(_TIE_ROWS.shape, dtype=torch.bool)
+    sel, _ = _allowed(learner(s_t, 3, mask), tuple(s_t.shape))
+    if sel is None:
+        return []
+    key = s_t.numpy()[0] if high else -s_t.numpy()[0]
+    kinds, wrong_row = set(), None
+    for r in range(key.shape[0]):
+        order = np.argsort(-key[r], kind="stable")
+        boundary = key[r, order[n - 1]]
+        better = np.nonzero(key[r] > boundary)[0]
+        tied = np.nonzero(key[r] == boundary)[0]  # ascending key index
+        kept = np.nonzero(sel[0, r])[0]
+        if not set(better) <= set(kept) or not set(kept) <= set(better) | set(tied):
+            return []
+        among = sorted(set(kept) & set(tied))
+        m = n - len(better)
+        if len(among) == m:
+            kinds.add("lower" if among == list(tied[:m]) else "other")
+            if among != list(tied[:m]) and wrong_row is None:
+                wrong_row = r
+        elif len(among) == len(tied) > m:
+            kinds.add("all")
+        else:
+            return []
+    if kinds == {"lower"}:
+        return []
+    if kinds == {"all"}:
+        return [
+            Finding(
+                "topk-ties-all-kept",
+                f"on queries whose {n}-th best score is shared by several keys (the rows of "
+                f"{_TIE_ROWS.shape[-1]} keys with many exact zeros), you keep every tied key, "
+                f"more than {n}: a threshold at the {n}-th score.",
+            )
+        ]
+    if "all" in kinds:
+        return []
+    r = wrong_row
+    return [
+        Finding(
+            "topk-tie-break",
+            f"among equal scores you do not keep the lowest key indices (on the row "
+            f"{_TIE_ROWS[r].tolist()} keeping {n}, you keep keys "
+            f"{np.nonzero(sel[0, r])[0].tolist()}).",
+        )
+    ]
 
 
 def _best(s, n, high, allowed=None):
@@ -615,6 +799,7 @@ def _infer_topk(learner) -> list[Finding]:
                 f"with k = {k}, a query that may see all {s.shape[1]} keys keeps {n} of them.",
             )
         )
+    found += _tie_findings(learner, n, high)
     partial = [r for r in range(s.shape[0]) if not mask[r].all()]
     forbidden = sel[partial] & ~mask[partial]
     if forbidden.any():
@@ -686,6 +871,25 @@ register(
                 "forbidden keys first (scores -> -inf), then choose the k best of the rest.",
                 (_topk_build(masking="after"),),
                 {"masking": "after"},
+            ),
+            Misconception(
+                "topk-tie-break",
+                "Among equal scores the lower key index must be kept (an indexer's ReLU makes "
+                "many scores exactly 0). torch.topk does not promise any order among ties "
+                "(torch 2.13's documentation: tied indices 'are not guaranteed to be "
+                "stable'), and the last k of an ascending sort keep the higher indices. Sort "
+                "with argsort(descending=True, stable=True), or (-scores).argsort(stable=True), "
+                "and take the first k.",
+                (_topk_build(ties="higher"), _topk_build(ties="topk")),
+                {"ties": "higher"},
+            ),
+            Misconception(
+                "topk-ties-all-kept",
+                "Every key tied with the k-th score is kept, so a query keeps more than k keys "
+                "when scores are equal (a threshold, scores >= the k-th largest). Keep "
+                "exactly k: among equal scores the lower key indices.",
+                (_topk_build(ties="all"),),
+                {"ties": "all"},
             ),
         ),
     )
