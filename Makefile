@@ -8,12 +8,13 @@ PYTEST_ARGS ?=
 # JupyterLab refuses to run as root without --allow-root (containers, CI, JupyterHub images).
 ROOT_FLAG := $(shell [ "$$(id -u)" = "0" ] && echo --allow-root)
 
-.PHONY: help setup lab lab-staff test lint unit notebooks student release autograde feedback report bench execute slides html clean
+.PHONY: help setup lab lab-staff test test-regenerate lint unit notebooks student release autograde feedback report bench execute slides html clean
 
 help:
 	@echo "make lab        set up .venv (first time) and open JupyterLab on your copies of the lessons (workbook/)"
 	@echo "make lab-staff  JupyterLab on the instructor lessons (notebooks/) with nbgrader's tools"
 	@echo "make test       set up .venv, lint, then unit tests + every notebook under strict nbval"
+	@echo "make test-regenerate   retrain the shipped models from scratch (CI's second stage)"
 	@echo "make student    write student versions of the lessons into workbook/ (never overwrites your edits)"
 	@echo "make release    nbgrader: build student releases of the graded lessons"
 	@echo "make autograde  nbgrader: grade submitted/ (each kernel sandboxed; JOBS=N at once) and export grades.csv"
@@ -51,7 +52,14 @@ lint: setup
 # tests/conftest.py puts the longest (the sandboxed grading flow) first, so that it starts
 # at once on one worker while the other works through the rest.
 test: setup lint
-	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=15 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not regenerate" \
+	  --durations=15 $(PYTEST_ARGS)
+
+# The second CI stage (.ci/run runs it after `make test`; it gates landing too): retrain
+# the shipped models from scratch and compare with data/ (`make test` checks that a short
+# run retraces the start of each shipped log).
+test-regenerate: setup
+	$(BIN)/python -m pytest -n 2 --dist loadfile -m regenerate --durations=5 $(PYTEST_ARGS) tests
 
 unit: setup
 	$(BIN)/python -m pytest tests $(PYTEST_ARGS)

@@ -274,7 +274,24 @@ def test_shipped_log_shows_the_phase_change():
     assert np.nanmin(ind.running_mean(log["first"], 50)) > ind.CHANCE - 0.02
 
 
+# The first steps of the run the shipped files came from, in `make test`: the same code,
+# seed and batches, and Adam at a constant learning rate, so a shorter run is a prefix of
+# the full one and must retrace the shipped log step by step (both models, every logged
+# loss). The whole run (`make test-regenerate`, the second CI stage) rebuilds the files.
+SHORT_STEPS = 150
+
+
+def test_a_short_run_retraces_the_start_of_the_shipped_log(tmp_path):
+    _, _, rows = ind.train_both(steps=SHORT_STEPS)
+    ind.write_log(rows, tmp_path / "log.tsv")
+    fresh = (tmp_path / "log.tsv").read_text(encoding="utf-8").splitlines()
+    shipped = ind.LOG_PATH.read_text(encoding="utf-8").splitlines()[: SHORT_STEPS + 1]
+    assert len(fresh) == SHORT_STEPS + 1
+    assert_log_reproduced(fresh, shipped)
+
+
 @pytest.mark.slow
+@pytest.mark.regenerate
 def test_training_command_regenerates_the_shipped_files(tmp_path, python):
     # byte for byte on the machine that made them; elsewhere up to float rounding
     # (tests/reproduce.py says how much and why)

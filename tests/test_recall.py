@@ -298,6 +298,29 @@ def test_shipped_results_show_what_the_lesson_states(shipped_results):
     assert cost["window"] < cost["hybrid"] < cost["mha"]
 
 
+def _answer_loss_column(name: str, steps: int | None = None) -> list[str]:
+    log = rc.LOG_PATH.read_text(encoding="utf-8").splitlines()
+    col = log[0].split("\t").index(name)
+    rows = log[1:] if steps is None else log[1 : steps + 1]
+    return ["step", *(f"{i}\t{ln.split(chr(9))[col]}" for i, ln in enumerate(rows))]
+
+
+# In `make test`: the first steps of a variant's run (the same code, seed and batches, Adam
+# at a constant learning rate, so a prefix of the full run) retrace the shipped log, for
+# plain attention and for top-k selection with its indexer's KL loss. The whole run of one
+# variant, weights and log, is in `make test-regenerate` (the second CI stage).
+SHORT_STEPS = 100
+
+
+@pytest.mark.parametrize("name", ["mha", "topk"])
+def test_a_short_run_retraces_the_start_of_the_shipped_log(name):
+    _, history = rc.train_variant(name, steps=SHORT_STEPS)
+    fresh = ["step", *(f"{i}\t{x:.4f}" for i, x in enumerate(history["answer_loss"]))]
+    assert len(fresh) == SHORT_STEPS + 1
+    assert_log_reproduced(fresh, _answer_loss_column(name, SHORT_STEPS))
+
+
+@pytest.mark.regenerate
 def test_regenerating_one_variant_gives_the_shipped_weights_and_log():
     name = (
         "latent_small"  # the cheapest to train (~13 s of CPU), and not at 100 %: every bit counts
@@ -307,9 +330,7 @@ def test_regenerating_one_variant_gives_the_shipped_weights_and_log():
     # (tests/reproduce.py says how much and why)
     shipped = torch.load(rc.WEIGHTS_PATH, weights_only=True)[name]
     assert_state_reproduced(model.state_dict(), shipped, name)
-    log = rc.LOG_PATH.read_text(encoding="utf-8").splitlines()
-    col = log[0].split("\t").index(name)
-    shipped_col = ["step", *(f"{i}\t{ln.split(chr(9))[col]}" for i, ln in enumerate(log[1:]))]
+    shipped_col = _answer_loss_column(name)
     fresh_col = ["step", *(f"{i}\t{x:.4f}" for i, x in enumerate(history["answer_loss"]))]
     assert_log_reproduced(fresh_col, shipped_col)
 
