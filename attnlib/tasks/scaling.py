@@ -443,6 +443,7 @@ def train_retrieval(
     d_k: int = 256,
     lr: float = 1e-2,
     seed: int = 0,
+    init_scale: float = 1.0,
     desc: str = "training",
     progress: bool = True,
 ) -> History:
@@ -452,7 +453,10 @@ def train_retrieval(
     ``softmax(scale · q·k)``, output ``Σ weights · v``; the loss is the squared error to
     the target item's value. W_q and W_k start from N(0, 1/d_model), the same draw for
     every scale (so runs differ only in the scale), so q and k have roughly unit-variance
-    components and the raw scores have variance about d_k. Adam, one batch per step.
+    components and the raw scores have variance about d_k; ``init_scale`` multiplies that
+    draw (lesson 04 uses it to show that, for Adam, a scale α² on the scores is the same
+    training as weights started α times larger with α times the learning rate). Adam, one
+    batch per step.
 
     Returns
     -------
@@ -463,14 +467,12 @@ def train_retrieval(
     """
     scale = check_number("train_retrieval", "scale", scale, minimum=0)
     d_k = check_int("train_retrieval", "d_k", d_k, minimum=1)
+    init_scale = check_number("train_retrieval", "init_scale", init_scale, positive=True)
     steps, _, _, d_model = task.x.shape
     g = torch.Generator().manual_seed(seed)
-    W_q = torch.nn.Parameter(
-        torch.randn(d_model, d_k, generator=g, dtype=torch.float64) / math.sqrt(d_model)
-    )
-    W_k = torch.nn.Parameter(
-        torch.randn(d_model, d_k, generator=g, dtype=torch.float64) / math.sqrt(d_model)
-    )
+    std = init_scale / math.sqrt(d_model)
+    W_q = torch.nn.Parameter(torch.randn(d_model, d_k, generator=g, dtype=torch.float64) * std)
+    W_k = torch.nn.Parameter(torch.randn(d_model, d_k, generator=g, dtype=torch.float64) * std)
 
     def step(i):
         x_q, x, v, want = task.batch(i)
