@@ -23,6 +23,7 @@ import numpy as np
 from attnlib.plot._base import (
     FONT,
     HATCHES,
+    OKABE_ITO,
     PALETTE,
     course_style,
     fit_width,
@@ -30,7 +31,6 @@ from attnlib.plot._base import (
     mark_every,
     mark_x,
     new_axes,
-    plot_series,
     series_style,
 )
 
@@ -112,11 +112,12 @@ def tradeoff_scatter(
 
 
 def _place_labels(ax, labels: Mapping[tuple[float, float], str]) -> None:
-    """Write each label beside its point where it overlaps no other label and no point.
+    """Write each label beside its point where it overlaps no other label, no point and no
+    leader line.
 
-    Positions are tried right of the point, then left, then centred one text line further
-    down or up at a time (or right or left of that); a label moved off its point's line is
-    joined to it by a thin grey line.
+    A label goes right or left of its point if there is room; otherwise one text line or
+    more below (or above) it, ending at, centred on or starting at the point's x, joined to
+    the point by a thin vertical leader that crosses no other label.
     """
     fig = ax.figure
     fig.draw_without_rendering()  # the layout is final: display coordinates are right
@@ -124,50 +125,91 @@ def _place_labels(ax, labels: Mapping[tuple[float, float], str]) -> None:
     height, gap = 1.3 * px, 0.7 * px
     box = ax.get_window_extent()
     at = {xy: ax.transData.transform(xy) for xy in labels}
-    taken = [(x - gap, y - gap, x + gap, y + gap) for x, y in at.values()]  # the markers
+    markers = [(x - gap, y - gap, x + gap, y + gap) for x, y in at.values()]
+    boxes: list[tuple] = []  # placed labels
+    leaders: list[tuple] = []  # placed leader lines (x, y_low, y_high)
 
-    def free(b):
+    def hits(a, b):
+        return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+    def free(b, leader=None):
         inside = box.x0 <= b[0] and b[2] <= box.x1 and box.y0 <= b[1] and b[3] <= box.y1
-        return inside and not any(
-            b[0] < t[2] and t[0] < b[2] and b[1] < t[3] and t[1] < b[3] for t in taken
-        )
+        if not inside or any(hits(b, t) for t in markers + boxes):
+            return False
+        if any(b[0] < lx < b[2] and b[1] < hi and lo < b[3] for lx, lo, hi in leaders):
+            return False  # the label would sit on an earlier leader
+        if leader is not None:
+            lx, lo, hi = leader
+            crossed = [t for t in boxes if t[0] < lx < t[2] and t[1] < hi and lo < t[3]]
+            crossed += [t for t in markers if t[0] < lx < t[2] and t[1] < hi and lo < t[3]]
+            if crossed:
+                return False
+        return True
 
-    order = sorted(labels, key=lambda xy: (-xy[1], xy[0]))  # placed top to bottom
+    order = sorted(labels, key=lambda xy: (-round(xy[1], 1), xy[0]))  # top to bottom, left first
     chosen = {}
-    shifts = [0] + [s for k in range(1, 12) for s in (-k, k)]
     for xy in order:
         text = labels[xy]
         x, y = at[xy]
         width = 0.58 * px * len(text)
         choice = None
-        for k in shifts:  # beside the point first; then centred under (or over) it
-            for side in (1, -1) if k == 0 else (0, 1, -1):
-                x0 = {1: x + gap, -1: x - gap - width, 0: x - width / 2}[side]
-                y0 = y - height / 2 + k * 1.2 * height
-                if free((x0, y0, x0 + width, y0 + height)):
-                    choice = (x0, y0, side, k)
-                    break
-            if choice:
+        for side in (1, -1):  # beside the point
+            x0 = x + gap if side == 1 else x - gap - width
+            b = (x0, y - height / 2, x0 + width, y + height / 2)
+            if free(b):
+                choice = (x0, b[1], side, 0)
+                break
+        # Rows below (or above), the label ending at the point's x first: points placed
+        # left to right then step down row by row, and no leader crosses a label.
+        rows = [s for k in range(1, 12) for s in (-k, k)]
+        tries = [(k, -1) for k in rows[:10]] + [(k, side) for k in rows for side in (0, 1)]
+        for k, side in tries if choice is None else ():
+            y0 = y - height / 2 + k * 1.3 * height
+            x0 = {-1: x - width, 0: x - width / 2, 1: x}[side]
+            b = (x0, y0, x0 + width, y0 + height)
+            lo, hi = (y0 + height, y - gap) if k < 0 else (y + gap, y0)
+            if free(b, (x, lo, hi)):
+                choice = (x0, y0, side, k)
+                leaders.append((x, lo, hi))
                 break
         if choice is None:
             choice = (x + gap, y - height / 2, 1, 0)
-        taken.append((choice[0], choice[1], choice[0] + width, choice[1] + height))
+        boxes.append((choice[0], choice[1], choice[0] + width, choice[1] + height))
         chosen[xy] = (*choice, width)
     for xy, text in labels.items():  # written in the order given
         x, y = at[xy]
         x0, y0, side, k, width = chosen[xy]
-        tx = {1: x0, -1: x0 + width, 0: x0 + width / 2}[side]
+        if k == 0:
+            tx, ha = (x0, "left") if side == 1 else (x0 + width, "right")
+            arrow = None
+        else:
+            tx, ha = x, {-1: "right", 0: "center", 1: "left"}[side]
+            relpos = ({-1: 1.0, 0: 0.5, 1: 0.0}[side], 1.0 if k < 0 else 0.0)
+            arrow = {"arrowstyle": "-", "color": "0.55", "lw": 0.8, "relpos": relpos,
+                     "shrinkA": 0, "shrinkB": 4}  # fmt: skip
         ax.annotate(
             text,
             xy,
             xytext=((tx - x) * 72 / fig.dpi, (y0 + height / 2 - y) * 72 / fig.dpi),
             textcoords="offset points",
-            ha={1: "left", -1: "right", 0: "center"}[side],
+            ha=ha,
             va="center",
             fontsize=FONT["note"],
             color="0.1",
-            arrowprops=None if k == 0 else {"arrowstyle": "-", "color": "0.55", "lw": 0.8},
+            arrowprops=arrow,
         )
+
+
+# blue, vermillion, sky blue, black, reddish purple: pairwise more than 20 apart in CIELAB,
+# in normal vision and under the Machado et al. (2009) simulations of deuteranopia,
+# protanopia and tritanopia (tests/test_inference_lessons_13_14.py measures it).
+DISTANCE_COLOURS = (
+    OKABE_ITO["blue"],
+    OKABE_ITO["vermillion"],
+    OKABE_ITO["sky blue"],
+    OKABE_ITO["black"],
+    OKABE_ITO["reddish purple"],
+)
 
 
 def accuracy_vs_distance(
@@ -187,7 +229,10 @@ def accuracy_vs_distance(
     ----------
     distances : sequence of int of shape (n_d,)
     curves : mapping of label -> sequence of float of shape (n_d,)
-        One line per variant (colour, marker and line style differ).
+        One line per variant (colour, marker and line style differ). Curves that are
+        equal at every distance are drawn as one line labelled "a = b", so that no line
+        hides another. Colours follow :data:`DISTANCE_COLOURS`, five colours no two of which
+        merge under simulated deuteranopia, protanopia or tritanopia.
     window : int, optional
         The sliding window W: a query sees back to d = W - 1, so the edge is drawn (dashed)
         between W - 1 and W.
@@ -204,11 +249,24 @@ def accuracy_vs_distance(
     d = np.asarray(distances, dtype=float)
     if d.ndim != 1 or len(d) == 0:
         raise ValueError(f"accuracy_vs_distance: distances must be 1-D, got shape {d.shape}")
+    merged: dict[str, np.ndarray] = {}
+    for label, ys in curves.items():
+        ys = np.asarray(ys, dtype=float)
+        if ys.shape != d.shape:
+            raise ValueError(
+                f"accuracy_vs_distance: curve {label!r} has shape {ys.shape}, x has {d.shape}"
+            )
+        same = next((k for k, v in merged.items() if np.array_equal(v, ys)), None)
+        if same is None:
+            merged[label] = ys
+        else:
+            merged[f"{same} = {label}"] = merged.pop(same)
     ax = new_axes(ax, figsize=(7.4, 4.0))
     with course_style():
-        plot_series(
-            ax, "accuracy_vs_distance", d, curves, what="curve", markevery=mark_every(len(d), 12)
-        )
+        for i, (label, ys) in enumerate(merged.items()):
+            style = series_style(i)
+            style["color"] = DISTANCE_COLOURS[i % len(DISTANCE_COLOURS)]
+            ax.plot(d, ys, label=label, markevery=mark_every(len(d), 12), **style)
         if window is not None:
             mark_x(ax, window - 0.5, f"window edge\n(W = {window})", y=0.5)
         far = reach + 0.5 if reach is not None else (window - 0.5 if window is not None else None)
@@ -222,7 +280,7 @@ def accuracy_vs_distance(
         ax.set_ylim(-0.03, 1.05)
         ax.set_xlabel(xlabel)
         ax.set_ylabel("accuracy")
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=FONT["note"] + 1)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize=FONT["note"] + 1)
         if title:
             ax.set_title(title)
     return ax

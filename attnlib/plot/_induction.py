@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import matplotlib.pyplot as plt
@@ -52,7 +53,8 @@ def phase_change(
         E.g. {"repeated half": ..., "first half": ..., "control, repeated half": ...}.
         Each curve gets its own colour, line style and a direct label at its right end.
     chance : float
-        Drawn as a grey horizontal line (the loss of a uniform guess).
+        Drawn as a grey horizontal line (the loss of a uniform guess); labelled
+        "log n" when it is the log of a whole number n of choices.
     phase_step : int, optional
         A vertical line marks it (the phase change).
     window : int
@@ -90,8 +92,10 @@ def phase_change(
         ax.set_xlim(x[0], x[-1] * 1.36)  # room for the direct labels
         top = max(ax.get_ylim()[1], chance * 1.15)
         ax.set_ylim(0, top)
+        n_choices = round(math.exp(chance))  # a uniform guess over n choices costs log n
+        exact = abs(math.exp(chance) - n_choices) <= 1e-6 * n_choices
         ax.annotate(
-            f"chance: log 50 = {chance:.2f}",
+            f"chance: log {n_choices} = {chance:.2f}" if exact else f"chance: {chance:.2f}",
             (x[0] + 0.62 * (x[-1] - x[0]), chance),
             xytext=(0, -5),
             textcoords="offset points",
