@@ -126,6 +126,18 @@ def _softmax_cases() -> list[Case]:
         Case("batch of 2, 4 queries x 6 keys", (rng.standard_normal((2, 4, 6)) * 3,)),
         Case("large scores (1e3 .. 1e4)", (np.array([[1e4, 1e4 - 1.0, 2e3], [1e3, -1e4, 0.0]]),)),
         Case(
+            "rows near +1e4, near -1e4 and ordinary in one array (one shift per row)",
+            (
+                np.array(
+                    [
+                        [1e4, 1e4 - 2.0, 1e4 + 0.5, 1e4 - 1.0],
+                        [-1e4, -1e4 + 1.5, -1e4 - 0.5, -1e4 + 2.0],
+                        [0.3, -1.2, 2.0, 0.7],
+                    ]
+                ),
+            ),
+        ),
+        Case(
             "masked scores (-inf) in 2 queries x 4 keys",
             (np.array([[0.5, -np.inf, 2.0, -1.0], [-np.inf, 3.0, -np.inf, 1.0]]),),
         ),
@@ -137,10 +149,15 @@ def _softmax_hidden_cases() -> list[Case]:
     # Large scores on a grid of 1/256: exact in float32 too, so a correct float32 softmax
     # (the differences of nearby large numbers are then exact) passes.
     large = 5e3 + np.round(rng.standard_normal((4, 6)) * 3 * 256) / 256
+    # Rows far apart in one batch: a single shift for the whole array cannot serve them all.
+    apart = np.round(rng.standard_normal((2, 3, 5)) * 3 * 256) / 256
+    apart[:, 0] += 6e3
+    apart[:, 1] -= 6e3
     return [
         Case("hidden: 5 queries x 3 keys", (rng.standard_normal((5, 3)) * 2,)),
         Case("hidden: batch 3, 2 queries x 7 keys", (rng.standard_normal((3, 2, 7)),)),
         Case("hidden: large scores around 5e3", (large,)),
+        Case("hidden: batch 2, rows near +6e3, -6e3 and ordinary", (apart,)),
     ]
 
 

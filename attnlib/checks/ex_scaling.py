@@ -21,7 +21,8 @@ import math
 
 import numpy as np
 
-from attnlib.checks._core import Case, Exercise, Misconception, register
+from attnlib.checks._core import Case, Exercise, Finding, Misconception, register
+from attnlib.checks.measure import fmt
 from attnlib.core import softmax as _softmax
 from attnlib.tasks.scaling import choose_scale as _choose_scale
 from attnlib.tasks.scaling import predicted_score_variance as _predicted_score_variance
@@ -67,6 +68,73 @@ def _variance_hidden_cases() -> list[Case]:
     ]
 
 
+def _variance_build(*, width="d", scale_power=2, combine="multiply"):
+    """score_variance with the given choices; the defaults give the correct function.
+
+    ``width``: "d" (d_k), "sqrt" (√d_k) or "none"; ``scale_power``: 2 or 1; ``combine``:
+    "multiply" (var_q · var_k) or "add" (var_q + var_k).
+    """
+
+    def fn(d_k, scale=1.0, var_q=1.0, var_k=1.0):
+        w = {"d": d_k, "sqrt": math.sqrt(d_k), "none": 1.0}[width]
+        v = var_q * var_k if combine == "multiply" else var_q + var_k
+        return float(w * v * scale**scale_power)
+
+    return fn
+
+
+def _infer_variance(learner) -> list[Finding]:
+    """Vary one argument at a time from (d_k=16, scale=1, var_q=1, var_k=1) and read the
+    factor it multiplies the result by: width, scale and variances are measured apart."""
+
+    def value(*args, **kwargs):
+        o = learner(*args, **kwargs)
+        v = o.value if o.ok else None
+        if type(v) not in (float, int, np.float64, np.float32) or not math.isfinite(float(v)):
+            return None
+        return float(v)
+
+    base = value(16, scale=1.0, var_q=1.0, var_k=1.0)
+    if base is None or base == 0.0:
+        return []
+    wide = value(64, scale=1.0, var_q=1.0, var_k=1.0)
+    scaled = value(16, scale=3.0, var_q=1.0, var_k=1.0)
+    mixed = value(16, scale=1.0, var_q=2.0, var_k=3.0)
+    found = []
+    if wide is not None:
+        r = wide / base
+        if math.isclose(r, 2.0, rel_tol=1e-6):
+            found.append(
+                Finding(
+                    "variance-is-sqrt-dk",
+                    "going from d_k = 16 to 64 multiplies your result by 2 (= √4), not 4.",
+                )
+            )
+        elif math.isclose(r, 1.0, rel_tol=1e-6):
+            found.append(
+                Finding(
+                    "variance-is-one",
+                    "going from d_k = 16 to 64 leaves your result unchanged: d_k is missing.",
+                )
+            )
+    if scaled is not None and math.isclose(scaled / base, 3.0, rel_tol=1e-6):
+        found.append(
+            Finding(
+                "scale-not-squared",
+                f"scale = 3 multiplies your result by {fmt(scaled / base)}, not 9.",
+            )
+        )
+    if mixed is not None and math.isclose(mixed / base, 2.5, rel_tol=1e-6):
+        found.append(
+            Finding(
+                "variances-added",
+                "var_q = 2, var_k = 3 give 2.5 times the result of var_q = var_k = 1 "
+                "((2 + 3) / (1 + 1)), not 6 (= 2 · 3).",
+            )
+        )
+    return found
+
+
 register(
     Exercise(
         name="score_variance",
@@ -79,6 +147,9 @@ register(
         rtol=1e-9,
         atol=1e-12,
         forbidden=("attnlib.tasks.scaling.predicted_score_variance",),
+        infer=_infer_variance,
+        build=_variance_build,
+        exclusive=(frozenset({"variance-is-sqrt-dk", "variance-is-one"}),),
         misconceptions=(
             Misconception(
                 "variance-is-sqrt-dk",
@@ -89,23 +160,27 @@ register(
                         math.sqrt(d_k) * var_q * var_k * scale**2
                     ),
                 ),
+                {"width": "sqrt"},
             ),
             Misconception(
                 "variance-is-one",
                 "The width is missing: a sum of d_k independent products has d_k times the "
                 "variance of one product (that is exactly why the scores need scaling).",
                 (lambda d_k, scale=1.0, var_q=1.0, var_k=1.0: var_q * var_k * scale**2,),
+                {"width": "none"},
             ),
             Misconception(
                 "scale-not-squared",
                 "Multiplying a random number by c multiplies its variance by c², not c.",
                 (lambda d_k, scale=1.0, var_q=1.0, var_k=1.0: d_k * var_q * var_k * scale,),
+                {"scale_power": 1},
             ),
             Misconception(
                 "variances-added",
                 "For independent zero-mean q_i and k_i, Var(q_i k_i) = E[q_i²] E[k_i²] = "
                 "var_q · var_k: the variances multiply, they do not add.",
                 (lambda d_k, scale=1.0, var_q=1.0, var_k=1.0: d_k * (var_q + var_k) * scale**2,),
+                {"combine": "add"},
             ),
         ),
     )

@@ -1,0 +1,183 @@
+"""Realistic wrong submissions for the graded exercises of lessons 02-04, written by hand
+as a learner would write them (not built from the mistake model), and the mistakes the
+checks must name: each single mistake as one id, two mistakes as exactly those two.
+
+The mistake model itself (every variant, every pair built from ``Misconception.settings``)
+is tested for every exercise in tests/test_checks_registry.py; these are the independent
+submissions the inference must read the same way.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from attnlib import checks
+
+
+def _sm(x, *, shift=None, axis=-1, scale=1.0):
+    z = x * scale
+    if shift == "row":
+        z = z - z.max(axis=-1, keepdims=True)
+    elif shift == "all":
+        z = z - z.max()
+    e = np.exp(z)
+    return e / (e.sum() if axis is None else e.sum(axis=axis, keepdims=True))
+
+
+SOFTMAX = {
+    "exp over the whole sum": (
+        lambda x: np.exp(x) / np.exp(x).sum(),
+        ["unstable-softmax", "softmax-sums-everything"],
+    ),
+    "axis 0, no shift": (
+        lambda x: np.exp(x) / np.exp(x).sum(axis=0),
+        ["unstable-softmax", "softmax-wrong-axis"],
+    ),
+    "one max for the array": (lambda x: _sm(x, shift="all"), ["global-max"]),
+    "keepdims forgotten": (
+        lambda x: np.exp(x - x.max(axis=-1)) / np.exp(x - x.max(axis=-1)).sum(axis=-1),
+        ["keepdims-missing"],
+    ),
+    "scaled inside, no shift": (
+        lambda x: _sm(x, scale=1 / math.sqrt(x.shape[-1])),
+        ["unstable-softmax", "softmax-scaled"],
+    ),
+}
+
+
+def _attend_no_scale_2d(q, k, v, mask=None):
+    s = q @ k.T  # 2-D transpose only, no 1/√d_k
+    if mask is not None:
+        s = np.where(mask, s, -np.inf)
+    w = np.exp(s - s.max(-1, keepdims=True))
+    w /= w.sum(-1, keepdims=True)
+    return w @ v, w
+
+
+def _attend_dk_mask_after(q, k, v, mask=None):
+    s = q @ np.swapaxes(k, -1, -2) / q.shape[-1]  # 1/d_k
+    w = np.exp(s - s.max(-1, keepdims=True))
+    w /= w.sum(-1, keepdims=True)
+    if mask is not None:
+        w = w * mask  # masked after the softmax
+    return w @ v, w
+
+
+ATTEND = {
+    "no scale, k.T, -inf fill": (
+        _attend_no_scale_2d,
+        ["no-scaling", "fully-masked-nan", "batch-not-supported"],
+    ),
+    "1/d_k and the mask after the softmax": (
+        _attend_dk_mask_after,
+        ["scale-not-sqrt", "mask-after-softmax"],
+    ),
+}
+
+
+LINEAR = {
+    "weight as stored": (
+        lambda x, weight, bias=None: x @ weight + (0 if bias is None else bias),
+        ["weight-not-transposed"],
+    ),
+    "weight as stored, bias forgotten": (
+        lambda x, weight, bias=None: x @ weight,
+        ["weight-not-transposed", "bias-missing"],
+    ),
+    "one token per column, bias subtracted": (
+        lambda x, weight, bias=None: (
+            weight @ np.swapaxes(x, -1, -2) - (0 if bias is None else bias[:, None])
+        ),
+        ["wrong-side-multiplication", "bias-subtracted"],
+    ),
+    "bias subtracted, None not handled": (
+        lambda x, weight, bias=None: x @ weight.T - bias,
+        ["bias-none-not-handled", "bias-subtracted"],
+    ),
+    "np.matmul, None not handled": (
+        lambda x, weight, bias=None: np.matmul(x, weight.T) + bias,
+        ["bias-none-not-handled"],
+    ),
+    "weight as stored, None not handled": (
+        lambda x, weight, bias=None: x @ weight + bias,
+        ["weight-not-transposed", "bias-none-not-handled"],
+    ),
+}
+
+PROJECT = {
+    "q and k swapped": (lambda x, a, b, c: (x @ b, x @ a, x @ c), ["projections-swapped"]),
+    "k and v swapped": (lambda x, a, b, c: (x @ a, x @ c, x @ b), ["projections-swapped"]),
+    "W @ x": (lambda x, a, b, c: (a @ x, b @ x, c @ x), ["wrong-side-multiplication"]),
+    "results transposed": (
+        lambda x, a, b, c: ((x @ a).T, (x @ b).T, (x @ c).T),
+        ["wrong-side-multiplication"],
+    ),
+    "W @ x with q and k swapped": (
+        lambda x, a, b, c: (b @ x, a @ x, c @ x),
+        ["projections-swapped", "wrong-side-multiplication"],
+    ),
+    "W_q @ x for all three": (
+        lambda x, a, b, c: (a @ x, a @ x, a @ x),
+        ["wrong-side-multiplication", "one-matrix-for-all"],
+    ),
+}
+
+VARIANCE = {
+    "√d_k and the scale not squared": (
+        lambda d_k, scale=1.0, var_q=1.0, var_k=1.0: math.sqrt(d_k) * scale * var_q * var_k,
+        ["variance-is-sqrt-dk", "scale-not-squared"],
+    ),
+    "scale not squared, variances added": (
+        lambda d_k, scale=1.0, var_q=1.0, var_k=1.0: d_k * scale * (var_q + var_k),
+        ["scale-not-squared", "variances-added"],
+    ),
+    "√d_k, variances added": (
+        lambda d_k, scale=1.0, var_q=1.0, var_k=1.0: math.sqrt(d_k) * (var_q + var_k) * scale**2,
+        ["variance-is-sqrt-dk", "variances-added"],
+    ),
+    "no width, scale not squared": (
+        lambda d_k, scale=1.0, var_q=1.0, var_k=1.0: scale * var_q * var_k,
+        ["variance-is-one", "scale-not-squared"],
+    ),
+    "standard deviation returned": (
+        lambda d_k, scale=1.0, var_q=1.0, var_k=1.0: math.sqrt(d_k * var_q * var_k) * scale,
+        # the width enters as √d_k and the scale to the first power: both named; the
+        # square-rooted variances match no registered mistake and are not misnamed
+        ["variance-is-sqrt-dk", "scale-not-squared"],
+    ),
+}
+
+CASES = [
+    pytest.param(exercise, fn, ids, id=f"{exercise}: {label}")
+    for exercise, table in (
+        ("softmax", SOFTMAX),
+        ("attend", ATTEND),
+        ("linear_forward", LINEAR),
+        ("project", PROJECT),
+        ("score_variance", VARIANCE),
+    )
+    for label, (fn, ids) in table.items()
+]
+
+
+@pytest.mark.parametrize(("exercise", "fn", "expected"), CASES)
+def test_a_realistic_submission_is_named_by_what_it_does(exercise, fn, expected):
+    report = checks.run(exercise, fn)
+    assert not report.ok
+    assert not report.inference_error
+    assert report.misconceptions == expected
+    assert [f.id for f in report.findings] == expected  # measured, not matched to a variant
+    with pytest.raises(AssertionError) as err:
+        checks.check(exercise, fn)
+    assert str(err.value).splitlines()[-1] == checks.result_line(exercise, expected)
+
+
+def test_a_submission_off_the_mistake_model_is_not_named():
+    def squared_width(d_k, scale=1.0, var_q=1.0, var_k=1.0):
+        return (scale * d_k) ** 2 * var_q * var_k
+
+    report = checks.run("score_variance", squared_width)
+    assert not report.ok and report.misconceptions == []
