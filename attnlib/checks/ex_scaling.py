@@ -22,7 +22,6 @@ import math
 import numpy as np
 
 from attnlib.checks._core import Case, Exercise, Finding, Misconception, register
-from attnlib.checks.measure import fmt
 from attnlib.core import softmax as _softmax
 from attnlib.tasks.scaling import choose_scale as _choose_scale
 from attnlib.tasks.scaling import predicted_score_variance as _predicted_score_variance
@@ -85,7 +84,10 @@ def _variance_build(*, width="d", scale_power=2, combine="multiply"):
 
 def _infer_variance(learner) -> list[Finding]:
     """Vary one argument at a time from (d_k=16, scale=1, var_q=1, var_k=1) and read the
-    factor it multiplies the result by: width, scale and variances are measured apart."""
+    factor it multiplies the result by: the width (4 for d_k, 2 for √d_k, 1 if missing), the
+    scale (9 squared, 3 not) and the variances (6 multiplied, 2.5 added). Only when those
+    factors, put together, reproduce the learner's results on two more calls are they named:
+    a function wrong in another way gets no diagnosis rather than a misleading one."""
 
     def value(*args, **kwargs):
         o = learner(*args, **kwargs)
@@ -94,37 +96,49 @@ def _infer_variance(learner) -> list[Finding]:
             return None
         return float(v)
 
+    def near(a, b):
+        return a is not None and math.isclose(a, b, rel_tol=1e-6)
+
     base = value(16, scale=1.0, var_q=1.0, var_k=1.0)
     if base is None or base == 0.0:
         return []
-    wide = value(64, scale=1.0, var_q=1.0, var_k=1.0)
-    scaled = value(16, scale=3.0, var_q=1.0, var_k=1.0)
-    mixed = value(16, scale=1.0, var_q=2.0, var_k=3.0)
+    ratios = [
+        value(64, scale=1.0, var_q=1.0, var_k=1.0),
+        value(16, scale=3.0, var_q=1.0, var_k=1.0),
+        value(16, scale=1.0, var_q=2.0, var_k=3.0),
+    ]
+    if any(r is None for r in ratios):
+        return []
+    r_width, r_scale, r_var = (r / base for r in ratios)
+    width = next(
+        (w for w, r in (("d", 4.0), ("sqrt", 2.0), ("none", 1.0)) if near(r_width, r)), None
+    )
+    power = next((p for p, r in ((2, 9.0), (1, 3.0)) if near(r_scale, r)), None)
+    combine = next((c for c, r in (("multiply", 6.0), ("add", 2.5)) if near(r_var, r)), None)
+    if width is None or power is None or combine is None:
+        return []
+    model = _variance_build(width=width, scale_power=power, combine=combine)
+    for args in ((16, 1.0, 1.0, 1.0), (9, 0.5, 2.0, 3.0), (100, 2.0, 0.5, 4.0)):
+        if not near(value(args[0], scale=args[1], var_q=args[2], var_k=args[3]), model(*args)):
+            return []
     found = []
-    if wide is not None:
-        r = wide / base
-        if math.isclose(r, 2.0, rel_tol=1e-6):
-            found.append(
-                Finding(
-                    "variance-is-sqrt-dk",
-                    "going from d_k = 16 to 64 multiplies your result by 2 (= √4), not 4.",
-                )
-            )
-        elif math.isclose(r, 1.0, rel_tol=1e-6):
-            found.append(
-                Finding(
-                    "variance-is-one",
-                    "going from d_k = 16 to 64 leaves your result unchanged: d_k is missing.",
-                )
-            )
-    if scaled is not None and math.isclose(scaled / base, 3.0, rel_tol=1e-6):
+    if width == "sqrt":
         found.append(
             Finding(
-                "scale-not-squared",
-                f"scale = 3 multiplies your result by {fmt(scaled / base)}, not 9.",
+                "variance-is-sqrt-dk",
+                "going from d_k = 16 to 64 multiplies your result by 2 (= √4), not 4.",
             )
         )
-    if mixed is not None and math.isclose(mixed / base, 2.5, rel_tol=1e-6):
+    elif width == "none":
+        found.append(
+            Finding(
+                "variance-is-one",
+                "going from d_k = 16 to 64 leaves your result unchanged: d_k is missing.",
+            )
+        )
+    if power == 1:
+        found.append(Finding("scale-not-squared", "scale = 3 multiplies your result by 3, not 9."))
+    if combine == "add":
         found.append(
             Finding(
                 "variances-added",
