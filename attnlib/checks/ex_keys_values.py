@@ -424,7 +424,8 @@ def _wg_build(*, convention="linear", q_input="q", kv_input="kv", batch="sum", s
 
     ``convention="math"`` returns X^T dK (d_model, d_k) instead of dKᵀ X; ``q_input="kv"``
     takes dW_q from x_kv, ``kv_input="q"`` dW_k and dW_v from x_q; ``batch`` "sum" (right),
-    "mean" or "first" (batch element 0 only); ``scale=False`` forgets 1/√d_k in dq and dk.
+    "mean", "first" or "last" (one batch element only: indexed [0], or a loop that overwrites
+    instead of adding); ``scale=False`` forgets 1/√d_k in dq and dk.
     """
 
     def fn(x_q, x_kv, W_q, W_k, W_v, d_out):
@@ -433,7 +434,7 @@ def _wg_build(*, convention="linear", q_input="q", kv_input="kv", batch="sum", s
 
         def grad(x, g):  # (batch, seq, d_model), (batch, seq, n) -> (n, d_model)
             per = np.swapaxes(g, -1, -2) @ x  # (batch, n, d_model)
-            r = {"sum": per.sum(0), "mean": per.mean(0), "first": per[0]}[batch]
+            r = {"sum": per.sum(0), "mean": per.mean(0), "first": per[0], "last": per[-1]}[batch]
             return r if convention == "linear" else r.T
 
         x_for_q = x_q if q_input == "q" else x_kv
@@ -447,7 +448,7 @@ _WG_CHOICES = {
     "convention": ("linear", "math"),
     "q_input": ("q", "kv"),
     "kv_input": ("kv", "q"),
-    "batch": ("sum", "mean", "first"),
+    "batch": ("sum", "mean", "first", "last"),
     "scale": (True, False),
 }
 
@@ -515,12 +516,13 @@ def _infer_weight_grads(learner) -> list[Finding]:
                 "contributions of the sentences were averaged, not added.",
             )
         )
-    elif c["batch"] == "first":
+    elif c["batch"] in ("first", "last"):
+        which = 0 if c["batch"] == "first" else batch - 1
         found.append(
             Finding(
-                "batch-first-only",
-                f"with a batch of {batch} your gradients equal those of batch element 0 "
-                "alone: element 1 contributed nothing.",
+                "batch-one-element",
+                f"with a batch of {batch} your gradients equal those of batch element {which} "
+                "alone: the other element contributed nothing.",
             )
         )
     if not c["scale"]:
@@ -579,11 +581,12 @@ register(
                 {"batch": "mean"},
             ),
             Misconception(
-                "batch-first-only",
-                "Only batch element 0 contributes. Every sentence of the batch uses the same "
+                "batch-one-element",
+                "Only one batch element contributes (indexing [0], or a loop that overwrites "
+                "dW_k instead of adding to it). Every sentence of the batch uses the same "
                 "weights, so each adds its own dkᵀ @ x to dW_k: sum over the whole batch.",
-                (_wg_build(batch="first"),),
-                {"batch": "first"},
+                (_wg_build(batch="first"), _wg_build(batch="last")),
+                {"batch": "last"},
             ),
             Misconception(
                 "backward-scale-missing",
