@@ -13,13 +13,24 @@ Every check takes ``fn``, the public name the caller was called by (``"attend"``
 ``"KVCache.append"``), first; the checks of one value return it (converted where they say
 so), so that callers write ``n = check_int(fn, "n", n, minimum=1)``. :func:`type_name` (from
 :mod:`attnlib._backend`, re-exported here) is how every message names a type.
+
+**Validation once per public call.** A public function that checks its input is decorated
+with :func:`validated` and a private ``_check_<name>`` taking the same arguments. The check
+runs when the function is called from outside attnlib (the *public door*); while its body
+runs, every attnlib function it calls trusts its input and skips its own check, so a
+tensor is validated once however many layers it passes (scikit-learn's rule for nested
+calls). Every argument a body hands on must therefore be valid by construction, and a
+door's check covers every argument its body could pass on wrongly, so that a bad argument
+is named by the function the caller called (``tests/test_validate_once.py``).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from typing import Any
 
 import numpy as np
@@ -29,6 +40,7 @@ from attnlib import _backend as B
 from attnlib._backend import type_name
 
 __all__ = [
+    "validated",
     "type_name",
     "is_int",
     "check_int",
@@ -53,6 +65,40 @@ __all__ = [
     "check_qkv",
     "default_scale",
 ]
+
+
+# ----------------------------------------------------------------------------------------
+# Validation once per public call.
+# ----------------------------------------------------------------------------------------
+
+# True while the body of a validated public call runs: the calls it makes trust their input.
+_INSIDE: ContextVar[bool] = ContextVar("attnlib_inside_a_validated_call", default=False)
+
+
+def validated(check: Callable) -> Callable:
+    """Decorator: run ``check(*args, **kwargs)`` at the public door only.
+
+    Called from outside attnlib, the decorated function first runs ``check`` with its own
+    arguments (``check`` raises a clear error or returns nothing), then its body, during
+    which every ``validated`` function it calls skips its check. A check never converts:
+    what a body needs converted (an int input to float, say) it converts itself.
+    """
+
+    def decorate(f: Callable) -> Callable:
+        @functools.wraps(f)
+        def door(*args, **kwargs):
+            if _INSIDE.get():  # called by another attnlib function: input already checked
+                return f(*args, **kwargs)
+            check(*args, **kwargs)
+            token = _INSIDE.set(True)
+            try:
+                return f(*args, **kwargs)
+            finally:
+                _INSIDE.reset(token)
+
+        return door
+
+    return decorate
 
 
 # ----------------------------------------------------------------------------------------
@@ -179,11 +225,16 @@ def check_cache_step(fn: str, entries, *, dtype, seq_axis: int) -> int:
     return n
 
 
-def check_kv_step(fn: str, cache, k, v) -> int:
+def check_kv_step(fn: str, cache, k, v, names: tuple[str, str] = ("k", "v")) -> int:
     """:func:`check_cache_step` for a KV cache (``cache.batch``, ``.n_kv_heads``, ``.d_k``,
-    ``.d_v``, ``.dtype``): keys (batch, n_kv_heads, seq_new, d_k), values (..., d_v)."""
+    ``.d_v``, ``.dtype``): keys (batch, n_kv_heads, seq_new, d_k), values (..., d_v).
+    ``names``: what the caller calls the keys and the values."""
     heads = (("batch", cache.batch), ("n_kv_heads", cache.n_kv_heads), ("seq_new", None))
-    entries = (("k", k, (*heads, ("d_k", cache.d_k))), ("v", v, (*heads, ("d_v", cache.d_v))))
+    k_name, v_name = names
+    entries = (
+        (k_name, k, (*heads, ("d_k", cache.d_k))),
+        (v_name, v, (*heads, ("d_v", cache.d_v))),
+    )
     return check_cache_step(fn, entries, dtype=cache.dtype, seq_axis=2)
 
 

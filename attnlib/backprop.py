@@ -31,7 +31,15 @@ import math
 import numpy as np
 import torch
 
-from attnlib._validate import as_float_array, check_array, check_int, check_qkv, default_scale
+from attnlib._validate import (
+    as_float_array,
+    check_array,
+    check_int,
+    check_mask,
+    check_qkv,
+    default_scale,
+    validated,
+)
 from attnlib.core import attend
 from attnlib.training import History, train
 
@@ -48,7 +56,7 @@ def _T(x: np.ndarray) -> np.ndarray:
     return np.swapaxes(x, -1, -2)
 
 
-def _check(q, k, v, d_out) -> None:
+def _check_attention_backward(q, k, v, d_out, mask=None, scale=None) -> None:
     fn = "attention_backward"
     for name, x in (("q", q), ("k", k), ("v", v), ("d_out", d_out)):
         check_array(fn, name, x, only="numpy")
@@ -60,8 +68,12 @@ def _check(q, k, v, d_out) -> None:
             f"attention_backward: d_out must have the output's shape {want} "
             f"(..., seq_q, d_v), got {d_out.shape}"
         )
+    score_shape = (*batch, q.shape[-2], k.shape[-2])
+    check_mask(fn, mask, q, score_shape, "scores (..., seq_q, seq_k)")
+    default_scale(fn, q.shape[-1], scale)
 
 
+@validated(_check_attention_backward)
 def attention_backward(q, k, v, d_out, mask=None, scale=None):
     """Gradients of a loss with respect to q, k and v, given its gradient at the output.
 
@@ -84,8 +96,7 @@ def attention_backward(q, k, v, d_out, mask=None, scale=None):
     dk : ndarray of shape (..., seq_k, d_k)
     dv : ndarray of shape (..., seq_k, d_v)
     """
-    _check(q, k, v, d_out)
-    scale = default_scale("attention_backward", q.shape[-1], scale)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     _, A = attend(q, k, v, mask=mask, scale=scale)  # (..., seq_q, seq_k)
     dv = _T(A) @ d_out  # (..., seq_k, d_v)
     dA = d_out @ _T(v)  # (..., seq_q, seq_k)

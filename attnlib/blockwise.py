@@ -30,11 +30,13 @@ import torch
 
 from attnlib import _backend as B
 from attnlib._validate import (
+    check_choice,
     check_int,
     check_qkv,
     default_scale,
+    validated,
 )
-from attnlib.masks import causal_offset
+from attnlib.masks import ALIGNS, causal_offset
 
 __all__ = ["online_softmax_update", "blockwise_attend", "explicit_attend", "peak_bytes"]
 
@@ -86,6 +88,18 @@ def _update_in_place(m, l, acc, s, v_block):
     return m_new, l, acc
 
 
+def _check_blockwise_attend(
+    q, k, v, *, causal=False, align="top_left", block_q=256, block_k=256, scale=None
+) -> None:
+    fn = "blockwise_attend"
+    q, k, v, _ = check_qkv(fn, q, k, v)
+    check_choice(fn, "align", align, ALIGNS)
+    check_int(fn, "block_q", block_q, minimum=1)
+    check_int(fn, "block_k", block_k, minimum=1)
+    default_scale(fn, q.shape[-1], scale)
+
+
+@validated(_check_blockwise_attend)
 def blockwise_attend(
     q,
     k,
@@ -124,11 +138,8 @@ def blockwise_attend(
     out : same kind and dtype as q, shape (..., seq_q, d_v)
         No weights: they are never stored. A query with no visible key gets 0.
     """
-    fn = "blockwise_attend"
-    q, k, v, batch = check_qkv(fn, q, k, v)
-    block_q = check_int(fn, "block_q", block_q, minimum=1)
-    block_k = check_int(fn, "block_k", block_k, minimum=1)
-    scale = default_scale(fn, q.shape[-1], scale)
+    batch = tuple(torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]))
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     ops = B.ops_for(q)
     work = ops.work_dtype(q)
     q_, k_, v_ = (ops.astype(t, work) for t in (q, k, v))

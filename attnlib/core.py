@@ -21,14 +21,16 @@ import torch
 from attnlib import _backend as B
 from attnlib._validate import (
     as_float_array,
+    check_choice,
     check_mask,
     check_ndim,
     check_qk,
     check_qkv,
     default_scale,
     normalise_axis,
+    validated,
 )
-from attnlib.masks import causal_mask
+from attnlib.masks import ALIGNS, causal_mask
 
 __all__ = ["softmax", "scores", "attend"]
 
@@ -90,10 +92,45 @@ def _attend_torch_fast(q, k, v, mask, scale: float):
 
 
 # ----------------------------------------------------------------------------------------
+# The checks, run once at the public door (see attnlib._validate.validated).
+# ----------------------------------------------------------------------------------------
+
+
+def _check_softmax(x, axis: int = -1, mask=None) -> None:
+    fn = "softmax"
+    x = as_float_array(fn, "x", x, allow_int=True)
+    check_ndim(fn, "x", x, min_ndim=1)
+    normalise_axis(fn, axis, x.ndim)
+    check_mask(fn, mask, x, tuple(x.shape), "input x")
+
+
+def _check_scores(q, k, scale=None) -> None:
+    fn = "scores"
+    q, k, _ = check_qk(fn, q, k)
+    default_scale(fn, q.shape[-1], scale)
+
+
+def _check_attend(q, k, v, mask=None, *, causal=False, align="top_left", scale=None) -> None:
+    fn = "attend"
+    q, k, v, batch = check_qkv(fn, q, k, v)
+    score_shape = (*batch, q.shape[-2], k.shape[-2])
+    check_mask(fn, mask, q, score_shape, "scores (..., seq_q, seq_k)")
+    if not (isinstance(align, str) and align in ALIGNS):
+        check_choice(fn, "align", align, ALIGNS)
+    if scale is not None:
+        default_scale(fn, q.shape[-1], scale)
+
+
+def _scale(d_k: int, scale) -> float:
+    return 1.0 / math.sqrt(d_k) if scale is None else float(scale)
+
+
+# ----------------------------------------------------------------------------------------
 # Public functions.
 # ----------------------------------------------------------------------------------------
 
 
+@validated(_check_softmax)
 def softmax(x, axis: int = -1, mask=None):
     """Numerically stable softmax; masked entries get weight 0.
 
@@ -112,17 +149,15 @@ def softmax(x, axis: int = -1, mask=None):
     weights : same kind, shape and dtype as x
         Non-negative; each row along ``axis`` sums to 1 (or 0 if fully masked).
     """
-    fn = "softmax"
-    x = as_float_array(fn, "x", x, allow_int=True)
-    check_ndim(fn, "x", x, min_ndim=1)
-    axis = normalise_axis(fn, axis, x.ndim)
-    mask = check_mask(fn, mask, x, tuple(x.shape), "input x")
     ops = B.ops_for(x)
+    if not B.is_float(x):  # an int input becomes float (torch's default dtype / float64)
+        x = ops.astype(x, torch.get_default_dtype() if ops.name == "torch" else "float64")
     work = ops.work_dtype(x)
-    out = _softmax_math(ops.astype(x, work), axis, mask, ops)
+    out = _softmax_math(ops.astype(x, work), axis % x.ndim, mask, ops)
     return ops.astype(out, x.dtype)
 
 
+@validated(_check_scores)
 def scores(q, k, scale=None):
     """Compare every query with every key: ``q @ kᵀ * scale`` (pre-softmax).
 
@@ -141,15 +176,13 @@ def scores(q, k, scale=None):
         Row i, column j is how well query i matches key j. fp16/bf16 are accumulated
         in fp32.
     """
-    fn = "scores"
-    q, k, _ = check_qk(fn, q, k)
-    scale = default_scale(fn, q.shape[-1], scale)
     ops = B.ops_for(q)
     work = ops.work_dtype(q)
-    s = _scores_math(ops.astype(q, work), ops.astype(k, work), scale, ops)
+    s = _scores_math(ops.astype(q, work), ops.astype(k, work), _scale(q.shape[-1], scale), ops)
     return ops.astype(s, q.dtype)
 
 
+@validated(_check_attend)
 def attend(q, k, v, mask=None, *, causal: bool = False, align: str = "top_left", scale=None):
     """Scaled dot-product attention, ``softmax(q kᵀ · scale) v``, returning the weights too.
 
@@ -181,15 +214,11 @@ def attend(q, k, v, mask=None, *, causal: bool = False, align: str = "top_left",
         Post-softmax weights; each row sums to 1, a fully masked row is all 0
         (and its ``out`` row is 0).
     """
-    fn = "attend"
-    q, k, v, batch = check_qkv(fn, q, k, v)
     seq_q, seq_k = q.shape[-2], k.shape[-2]
-    score_shape = (*batch, seq_q, seq_k)
-    mask = check_mask(fn, mask, q, score_shape, "scores (..., seq_q, seq_k)")
     if causal:
         cm = causal_mask(seq_q, seq_k, align=align, like=q)  # (seq_q, seq_k)
         mask = cm if mask is None else (mask & cm)
-    scale = default_scale(fn, q.shape[-1], scale)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
 
     ops = B.ops_for(q)
     work = ops.work_dtype(q)

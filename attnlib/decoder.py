@@ -18,15 +18,20 @@ from torch import nn
 from torch.nn import functional as F
 from torch.nn.attention.bias import causal_lower_right
 
+from attnlib import _backend as B
 from attnlib._validate import (
+    as_float_array,
     check_array,
     check_decoder_input,
     check_head_counts,
+    check_instance,
     check_int,
+    check_ndim,
+    validated,
 )
 from attnlib.heads import merge_heads, split_heads
 from attnlib.kv_cache import KVCache, RollingKVCache, grouped_attend, kv_cache_bytes
-from attnlib.latent import LatentAttention
+from attnlib.latent import LatentAttention, LatentCache
 from attnlib.windows import sliding_window_mask
 
 __all__ = ["CausalSelfAttention", "TinyDecoder", "Generation", "generate"]
@@ -47,6 +52,20 @@ def _sdpa_causal(q, k, v, mask=None):
     bias = causal_lower_right(q.shape[2], k.shape[2]) if mask is None else mask  # (seq_q, seq_k)
     gqa = q.shape[1] != k.shape[1]  # fewer key/value heads than query heads
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, enable_gqa=gqa)
+
+
+def _check_cache(fn: str, name: str, cache, batch: int, n_kv_heads: int, d_k: int, dtype) -> None:
+    """``cache`` a :class:`KVCache` (or None) holding keys of this layer's shape and dtype."""
+    if cache is None:
+        return
+    check_instance(fn, name, cache, KVCache, "a KVCache (or a RollingKVCache) or None")
+    want = (batch, n_kv_heads, d_k, dtype)
+    got = (cache.batch, cache.n_kv_heads, cache.d_k, cache.dtype)
+    if got != want:
+        raise ValueError(
+            f"{fn}: {name} holds (batch, n_kv_heads, d_k, dtype) = {got}, this layer needs "
+            f"{want}; make it with TinyDecoder.new_caches or KVCache(batch, n_kv_heads, d_k)"
+        )
 
 
 class CausalSelfAttention(nn.Module):
@@ -88,6 +107,38 @@ class CausalSelfAttention(nn.Module):
         # proven equal in tests/test_kv_cache.py, and returns the weights).
         self.use_sdpa = True
 
+    def _check_forward(self, x, cache=None, *, kv=None, return_kv=False) -> None:
+        fn = "CausalSelfAttention"
+        check_array(fn, "x", x, only="torch")
+        check_ndim(fn, "x", x, ndim=3, doc="(batch, seq_new, d_model)")
+        as_float_array(fn, "x", x)
+        d_model, dtype = self.W_q.in_features, self.W_q.weight.dtype
+        if x.shape[-1] != d_model or x.dtype != dtype:
+            raise ValueError(
+                f"{fn}: {B.describe('x', x)} must be (batch, seq_new, d_model={d_model}) of "
+                f"the weights' dtype {dtype}"
+            )
+        if kv is None and self.W_k is None:
+            raise ValueError(f"{fn}: this layer shares K/V (own_kv=False); pass kv")
+        if kv is not None:
+            want = (x.shape[0], self.n_kv_heads, None, self.d_head)
+            pair = tuple(kv) if isinstance(kv, (tuple, list)) else ()
+            ok = len(pair) == 2 and all(
+                isinstance(t, torch.Tensor)
+                and t.ndim == 4
+                and t.dtype == dtype
+                and all(w is None or s == w for s, w in zip(t.shape, want, strict=True))
+                for t in pair
+            )
+            if not ok or pair[0].shape[2] != pair[1].shape[2]:
+                shapes = [tuple(t.shape) if isinstance(t, torch.Tensor) else t for t in pair]
+                raise ValueError(
+                    f"{fn}: kv must be a pair (k, v) of {dtype} tensors (batch, n_kv_heads, seq_k,"
+                    f" d_k) = ({x.shape[0]}, {self.n_kv_heads}, seq_k, {self.d_head}), got {shapes}"
+                )
+        _check_cache(fn, "cache", cache, x.shape[0], self.n_kv_heads, self.d_head, dtype)
+
+    @validated(_check_forward)
     def forward(self, x: torch.Tensor, cache=None, *, kv=None, return_kv: bool = False):
         """x : Tensor of shape (batch, seq_new, d_model) -> (batch, seq_new, d_model).
 
@@ -103,8 +154,6 @@ class CausalSelfAttention(nn.Module):
         q = split_heads(self.W_q(x), self.n_heads)  # (batch, n_heads, seq_new, d_head)
         if kv is not None:
             k, v = kv  # another layer's: (batch, n_kv_heads, seq_k, d_head)
-        elif self.W_k is None:
-            raise ValueError("CausalSelfAttention: this layer shares K/V (own_kv=False); pass kv")
         else:
             k = split_heads(self.W_k(x), self.n_kv_heads)  # (batch, n_kv_heads, seq_new, d_head)
             v = split_heads(self.W_v(x), self.n_kv_heads)  # (batch, n_kv_heads, seq_new, d_head)
@@ -289,6 +338,34 @@ class TinyDecoder(nn.Module):
             n_kv_layers=storing,
         )
 
+    def _check_forward(self, tokens, caches=None) -> None:
+        fn = "TinyDecoder"
+        check_decoder_input(fn, tokens, caches, self.n_layers, self.max_len)
+        dtype = self.tok.weight.dtype
+        for i, (block, cache) in enumerate(zip(self.blocks, caches or (), strict=False)):
+            name = f"caches[{i}]"
+            if self.kv_share[i] != i:
+                if cache is not None:
+                    raise ValueError(
+                        f"{fn}: {name} must be None: layer {i} reuses the K/V of "
+                        f"layer {self.kv_share[i]} and caches nothing"
+                    )
+            elif isinstance(block.attn, LatentAttention):
+                check_instance(fn, name, cache, LatentCache, "a LatentCache")
+                want = (tokens.shape[0], block.attn.d_latent, block.attn.d_rope, dtype)
+                got = (cache.batch, cache.d_latent, cache.d_rope, cache.dtype)
+                if got != want:
+                    raise ValueError(
+                        f"{fn}: {name} holds (batch, d_latent, d_rope, dtype) = {got}, layer "
+                        f"{i} needs {want}; make the caches with new_caches"
+                    )
+            else:
+                if cache is None:
+                    raise TypeError(f"{fn}: {name} is None but layer {i} has its own K/V")
+                heads = (tokens.shape[0], self.n_kv_heads, self.d_head, dtype)
+                _check_cache(fn, name, cache, *heads)
+
+    @validated(_check_forward)
     def forward(self, tokens: torch.Tensor, caches: list | None = None):
         """Logits for every given position.
 
@@ -304,7 +381,7 @@ class TinyDecoder(nn.Module):
         -------
         logits : Tensor of shape (batch, seq_new, vocab_size)
         """
-        start = check_decoder_input("TinyDecoder", tokens, caches, self.n_layers, self.max_len)
+        start = 0 if caches is None else caches[0].length  # position of the first new token
         seq_new = tokens.shape[1]  # the first new token sits at position `start`
         pos = torch.arange(start, start + seq_new)  # (seq_new,)
         x = self.tok(tokens) + self.pos(pos)  # (batch, seq_new, d_model)
@@ -358,6 +435,22 @@ class Generation(NamedTuple):
     caches: list[KVCache] | None
 
 
+def _check_generate(model, prompt, n_new, *, use_cache=True) -> None:
+    fn = "generate"
+    check_instance(fn, "model", model, TinyDecoder, "an attnlib TinyDecoder")
+    check_array(fn, "prompt", prompt, only="torch")
+    if prompt.ndim != 2 or prompt.shape[1] < 1 or prompt.dtype != torch.long:
+        raise ValueError(
+            f"{fn}: prompt must be a LongTensor (batch, prompt_len >= 1), got "
+            f"{B.describe('prompt', prompt)}"
+        )
+    n_new = check_int(fn, "n_new", n_new, minimum=0)
+    last = prompt.shape[1] + n_new - 2  # the position of the last token fed to the model
+    if n_new and last >= model.max_len:
+        raise ValueError(f"{fn}: position {last} exceeds max_len={model.max_len}")
+
+
+@validated(_check_generate)
 @torch.no_grad()
 def generate(model: TinyDecoder, prompt: torch.Tensor, n_new: int, *, use_cache: bool = True):
     """Greedy decoding: append the most likely next token ``n_new`` times.
@@ -379,12 +472,6 @@ def generate(model: TinyDecoder, prompt: torch.Tensor, n_new: int, *, use_cache:
         ``tokens`` (batch, prompt_len + n_new), ``logits`` (batch, n_new, vocab_size),
         ``caches`` (None without the cache).
     """
-    check_array("generate", "prompt", prompt, only="torch")
-    if prompt.ndim != 2 or prompt.shape[1] < 1:
-        raise ValueError(
-            f"generate: prompt must be (batch, prompt_len >= 1), got shape {tuple(prompt.shape)}"
-        )
-    n_new = check_int("generate", "n_new", n_new, minimum=0)
     batch, prompt_len = prompt.shape
     total = prompt_len + n_new
     tokens = torch.empty(batch, total, dtype=prompt.dtype)

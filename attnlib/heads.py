@@ -16,11 +16,29 @@ possible, autograd intact). Every module of attnlib that works with heads —
 
 from __future__ import annotations
 
-from attnlib._validate import check_array, check_int, check_ndim
+from attnlib._validate import check_array, check_int, check_ndim, validated
 
 __all__ = ["split_heads", "merge_heads"]
 
 
+def _check_split_heads(x, n_heads: int) -> None:
+    fn = "split_heads"
+    n_heads = check_int(fn, "n_heads", n_heads, minimum=1)
+    check_array(fn, "x", x)
+    check_ndim(fn, "x", x, ndim=3, doc="(batch, seq, d_model)")
+    if x.shape[-1] % n_heads:
+        raise ValueError(
+            f"{fn}: d_model={x.shape[-1]} (x of shape {tuple(x.shape)}) is not divisible by "
+            f"n_heads={n_heads}; every head needs the same number of features"
+        )
+
+
+def _check_merge_heads(x) -> None:
+    check_array("merge_heads", "x", x)
+    check_ndim("merge_heads", "x", x, ndim=4, doc="(batch, n_heads, seq, d_head)")
+
+
+@validated(_check_split_heads)
 def split_heads(x, n_heads: int):
     """Cut the feature axis into heads: (batch, seq, d_model) -> (batch, n_heads, seq, d_head).
 
@@ -47,21 +65,13 @@ def split_heads(x, n_heads: int):
     >>> split_heads(np.zeros((2, 5, 12)), 3).shape     # (batch, n_heads, seq, d_head)
     (2, 3, 5, 4)
     """
-    fn = "split_heads"
-    n_heads = check_int(fn, "n_heads", n_heads, minimum=1)
-    check_array(fn, "x", x)
-    check_ndim(fn, "x", x, ndim=3, doc="(batch, seq, d_model)")
     batch, seq, d_model = x.shape
-    if d_model % n_heads:
-        raise ValueError(
-            f"{fn}: d_model={d_model} (x of shape {tuple(x.shape)}) is not divisible by "
-            f"n_heads={n_heads}; every head needs the same number of features"
-        )
     d_head = d_model // n_heads
     x = x.reshape(batch, seq, n_heads, d_head)  # (batch, seq, n_heads, d_head)
     return x.swapaxes(1, 2)  # (batch, n_heads, seq, d_head)
 
 
+@validated(_check_merge_heads)
 def merge_heads(x):
     """Put the heads back side by side: (batch, n_heads, seq, d_head) -> (batch, seq, d_model).
 
@@ -75,9 +85,6 @@ def merge_heads(x):
     -------
     merged : same kind and dtype as x, shape (batch, seq, n_heads * d_head)
     """
-    fn = "merge_heads"
-    check_array(fn, "x", x)
-    check_ndim(fn, "x", x, ndim=4, doc="(batch, n_heads, seq, d_head)")
     batch, n_heads, seq, d_head = x.shape
     x = x.swapaxes(1, 2)  # (batch, seq, n_heads, d_head)
     return x.reshape(batch, seq, n_heads * d_head)  # (batch, seq, d_model)

@@ -30,15 +30,20 @@ from typing import NamedTuple
 import torch
 
 from attnlib._validate import (
+    as_float_array,
     check_array,
+    check_choice,
     check_instance,
     check_int,
     check_kv_step,
     check_mask,
     check_ndim,
+    check_number,
+    same_kind_and_dtype,
+    validated,
 )
 from attnlib.core import attend
-from attnlib.masks import causal_mask
+from attnlib.masks import ALIGNS, causal_mask
 from attnlib.positions import apply_rotary
 
 __all__ = [
@@ -81,6 +86,18 @@ class KVCache:
     (torch.Size([1, 2, 3, 4]), 3)
     """
 
+    _append_name = "KVCache.append"  # how errors name append
+
+    def _check_init(self, batch, n_kv_heads, d_k, d_v=None, *, max_len=64, dtype=torch.float32):
+        fn = type(self).__name__
+        for name, n in (("batch", batch), ("n_kv_heads", n_kv_heads), ("d_k", d_k)):
+            check_int(fn, name, n, minimum=1)
+        if d_v is not None:
+            check_int(fn, "d_v", d_v, minimum=1)
+        check_int(fn, "max_len", max_len, minimum=1)
+        check_instance(fn, "dtype", dtype, torch.dtype, "a torch.dtype")
+
+    @validated(_check_init)
     def __init__(
         self,
         batch: int,
@@ -91,12 +108,8 @@ class KVCache:
         max_len: int = 64,
         dtype: torch.dtype = torch.float32,
     ):
-        fn = type(self).__name__
-        self.batch = check_int(fn, "batch", batch, minimum=1)
-        self.n_kv_heads = check_int(fn, "n_kv_heads", n_kv_heads, minimum=1)
-        self.d_k = check_int(fn, "d_k", d_k, minimum=1)
-        self.d_v = self.d_k if d_v is None else check_int(fn, "d_v", d_v, minimum=1)
-        max_len = check_int(fn, "max_len", max_len, minimum=1)
+        self.batch, self.n_kv_heads, self.d_k = int(batch), int(n_kv_heads), int(d_k)
+        self.d_v = self.d_k if d_v is None else int(d_v)
         self.dtype = dtype
         self._k = torch.empty(batch, n_kv_heads, max_len, self.d_k, dtype=dtype)
         self._v = torch.empty(batch, n_kv_heads, max_len, self.d_v, dtype=dtype)
@@ -107,6 +120,10 @@ class KVCache:
         """Positions the storage can hold before it grows."""
         return self._k.shape[2]
 
+    def _check_append(self, k, v) -> None:
+        check_kv_step(self._append_name, self, k, v)
+
+    @validated(_check_append)
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store the keys and values of new positions; return everything cached.
 
@@ -121,7 +138,7 @@ class KVCache:
         v_all : Tensor of shape (batch, n_kv_heads, length, d_v)
             Views of the storage (no copy), oldest position first.
         """
-        end = self.length + check_kv_step("KVCache.append", self, k, v)
+        end = self.length + k.shape[2]  # k: (batch, n_kv_heads, seq_new, d_k)
         if end > self.capacity:
             self._grow(end)
         self._k[:, :, self.length : end] = k.detach()
@@ -191,6 +208,13 @@ class RollingKVCache(KVCache):
     (5, [2, 3, 4], 3)
     """
 
+    _append_name = "RollingKVCache.append"
+
+    def _check_rolling_init(self, batch, n_kv_heads, d_k, d_v=None, *, window, dtype=torch.float32):
+        check_int("RollingKVCache", "window", window, minimum=1)
+        self._check_init(batch, n_kv_heads, d_k, d_v, max_len=window, dtype=dtype)
+
+    @validated(_check_rolling_init)
     def __init__(
         self,
         batch: int,
@@ -201,7 +225,7 @@ class RollingKVCache(KVCache):
         window: int,
         dtype: torch.dtype = torch.float32,
     ):
-        self.window = check_int("RollingKVCache", "window", window, minimum=1)
+        self.window = int(window)
         super().__init__(batch, n_kv_heads, d_k, d_v, max_len=self.window, dtype=dtype)
         # self.length: positions seen so far = position of the next token
 
@@ -220,6 +244,7 @@ class RollingKVCache(KVCache):
         slots = self.positions % self.window  # (held,): where each position sits
         return self._k[:, :, slots], self._v[:, :, slots]
 
+    @validated(KVCache._check_append)
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store new positions; return the keys and values the new queries can see.
 
@@ -242,7 +267,7 @@ class RollingKVCache(KVCache):
         v_visible : Tensor of shape (batch, n_kv_heads, n_visible, d_v)
             Oldest position first; ``n_visible = min(start, window - 1) + seq_new``.
         """
-        seq_new = check_kv_step("RollingKVCache.append", self, k, v)
+        seq_new = k.shape[2]  # k: (batch, n_kv_heads, seq_new, d_k)
         k_old, v_old = self.read()  # (batch, n_kv_heads, held, d_k / d_v)
         keep = min(self.held, self.window - 1)  # the oldest held position no new query sees
         k_vis = torch.cat([k_old[:, :, self.held - keep :], k.detach()], 2)  # (..., n_visible, d_k)
@@ -489,6 +514,52 @@ PUBLISHED_CONFIGS: dict[str, PublishedConfig] = {
 # ----------------------------------------------------------------------------------------
 
 
+def _check_heads(fn: str, named: dict, seq_axis_name: str) -> None:
+    """q, k, v (under the names given) as torch float tensors (batch, heads, seq, d) of one
+    dtype: k and v with one head count dividing q's, one key row per value row, q and k of
+    one width, one batch."""
+    for name, x in named.items():
+        check_array(fn, name, x, only="torch")
+        check_ndim(fn, name, x, ndim=4, doc=f"(batch, heads, {seq_axis_name}, d)")
+        as_float_array(fn, name, x)
+    same_kind_and_dtype(fn, named)
+    (q_name, q), (k_name, k), (v_name, v) = named.items()
+    n_heads, n_kv_heads = q.shape[1], k.shape[1]
+    if v.shape[1] != n_kv_heads or n_heads % n_kv_heads:
+        raise ValueError(
+            f"{fn}: {q_name} has n_heads={n_heads} (shape {tuple(q.shape)}), {k_name} has "
+            f"n_kv_heads={n_kv_heads} (shape {tuple(k.shape)}), {v_name} has {v.shape[1]} "
+            f"(shape {tuple(v.shape)}); {k_name} and {v_name} need the same number of heads, "
+            f"and it must divide n_heads"
+        )
+    batches = {q.shape[0], k.shape[0], v.shape[0]}
+    if len(batches) > 1:
+        raise ValueError(
+            f"{fn}: {q_name}, {k_name} and {v_name} must have one batch size (axis 0), got "
+            f"shapes {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"{fn}: {q_name} has d_k={q.shape[-1]} (shape {tuple(q.shape)}) but {k_name} has "
+            f"d_k={k.shape[-1]} (shape {tuple(k.shape)}); every query is compared with every "
+            f"key by a dot product, so their last dims must match"
+        )
+
+
+def _check_grouped_attend(q, k, v, mask=None, *, causal=False, align="top_left") -> None:
+    fn = "grouped_attend"
+    _check_heads(fn, {"q": q, "k": k, "v": v}, "seq")
+    if k.shape[2] != v.shape[2]:
+        raise ValueError(
+            f"{fn}: k has seq_k={k.shape[2]} (shape {tuple(k.shape)}) but v has "
+            f"seq_k={v.shape[2]} (shape {tuple(v.shape)}); every key needs its value"
+        )
+    target = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+    check_mask(fn, mask, q, target, "weights (batch, n_heads, seq_q, seq_k)")
+    check_choice(fn, "align", align, ALIGNS)
+
+
+@validated(_check_grouped_attend)
 def grouped_attend(q, k, v, mask=None, *, causal: bool = False, align: str = "top_left"):
     """Attention where groups of query heads share one key/value head (GQA / MQA).
 
@@ -514,22 +585,11 @@ def grouped_attend(q, k, v, mask=None, *, causal: bool = False, align: str = "to
     out : Tensor of shape (batch, n_heads, seq_q, d_v)
     weights : Tensor of shape (batch, n_heads, seq_q, seq_k)
     """
-    fn = "grouped_attend"
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        check_array(fn, name, x, only="torch")
-        check_ndim(fn, name, x, ndim=4, doc="(batch, heads, seq, d)")
     batch, n_heads, seq_q, d_k = q.shape
     n_kv_heads = k.shape[1]
-    if v.shape[1] != n_kv_heads or n_heads % n_kv_heads:
-        raise ValueError(
-            f"{fn}: q has n_heads={n_heads} (shape {tuple(q.shape)}), k has "
-            f"n_kv_heads={n_kv_heads} (shape {tuple(k.shape)}), v has {v.shape[1]} (shape "
-            f"{tuple(v.shape)}); k and v need the same number of heads, and it must divide n_heads"
-        )
     group = n_heads // n_kv_heads
     seq_k = k.shape[2]
     target = (batch, n_heads, seq_q, seq_k)
-    mask = check_mask(fn, mask, q, target, "weights (batch, n_heads, seq_q, seq_k)")
     if causal:
         cm = causal_mask(seq_q, seq_k, align=align, like=q)  # (seq_q, seq_k)
         mask = cm if mask is None else mask & cm
@@ -551,6 +611,29 @@ def grouped_attend(q, k, v, mask=None, *, causal: bool = False, align: str = "to
 # ----------------------------------------------------------------------------------------
 
 
+def _check_rotary_decode_step(q_new, k_new, v_new, cache, *, start=None, base=10000.0) -> None:
+    fn = "rotary_decode_step"
+    check_instance(fn, "cache", cache, KVCache, "a KVCache")
+    named = {"q_new": q_new, "k_new": k_new, "v_new": v_new}
+    _check_heads(fn, named, "seq_new")
+    seq_new = q_new.shape[2]
+    if k_new.shape[2] != seq_new or v_new.shape[2] != seq_new:
+        raise ValueError(
+            f"{fn}: q_new, k_new and v_new must have the same seq_new (axis 2), got shapes "
+            f"{tuple(q_new.shape)}, {tuple(k_new.shape)}, {tuple(v_new.shape)}"
+        )
+    if q_new.shape[-1] % 2:
+        raise ValueError(
+            f"{fn}: q_new and k_new have odd d_k={q_new.shape[-1]} (shapes "
+            f"{tuple(q_new.shape)}, {tuple(k_new.shape)}); rotary pairs need an even d_k"
+        )
+    check_kv_step(fn, cache, k_new, v_new, names=("k_new", "v_new"))
+    if start is not None:
+        check_int(fn, "start", start, minimum=0)
+    check_number(fn, "base", base, positive=True)
+
+
+@validated(_check_rotary_decode_step)
 def rotary_decode_step(q_new, k_new, v_new, cache: KVCache, *, start=None, base: float = 10000.0):
     """One cached attention step of a layer with rotary embeddings (RoPE, lesson 12).
 
@@ -581,18 +664,8 @@ def rotary_decode_step(q_new, k_new, v_new, cache: KVCache, *, start=None, base:
     -------
     out : Tensor of shape (batch, n_heads, seq_new, d_v)
     """
-    fn = "rotary_decode_step"
-    check_instance(fn, "cache", cache, KVCache, "a KVCache")
-    for name, x in (("q_new", q_new), ("k_new", k_new), ("v_new", v_new)):
-        check_array(fn, name, x, only="torch")
-        check_ndim(fn, name, x, ndim=4, doc="(batch, heads, seq_new, d)")
     seq_new = q_new.shape[2]
-    if k_new.shape[2] != seq_new or v_new.shape[2] != seq_new:
-        raise ValueError(
-            f"{fn}: q_new, k_new and v_new must have the same seq_new (axis 2), got shapes "
-            f"{tuple(q_new.shape)}, {tuple(k_new.shape)}, {tuple(v_new.shape)}"
-        )
-    start = cache.length if start is None else check_int(fn, "start", start, minimum=0)
+    start = cache.length if start is None else start
     positions = torch.arange(start, start + seq_new)  # (seq_new,)
     q_rot = apply_rotary(q_new, positions, base=base)  # (batch, n_heads, seq_new, d_k)
     k_rot = apply_rotary(k_new, positions, base=base)  # (batch, n_kv_heads, seq_new, d_k)

@@ -42,6 +42,7 @@ from attnlib._validate import (
     check_ndim,
     check_number,
     same_kind_and_dtype,
+    validated,
 )
 from attnlib.core import attend, softmax
 from attnlib.heads import merge_heads, split_heads
@@ -49,6 +50,12 @@ from attnlib.masks import causal_mask
 from attnlib.positions import apply_rotary
 
 __all__ = ["absorbed_scores", "LatentCache", "LatentAttention"]
+
+
+def _check_absorbed_scores(q, c, W_uk, *, q_rope=None, k_rope=None, scale=None) -> None:
+    fn = "absorbed_scores"
+    _check_absorbed(fn, q, c, W_uk, q_rope, k_rope)
+    check_number(fn, "scale", scale, none_ok=True)
 
 
 def _check_absorbed(fn, q, c, W_uk, q_rope, k_rope):
@@ -81,6 +88,7 @@ def _check_absorbed(fn, q, c, W_uk, q_rope, k_rope):
             )
 
 
+@validated(_check_absorbed_scores)
 def absorbed_scores(q, c, W_uk, *, q_rope=None, k_rope=None, scale=None):
     """Attention scores over the latents: ``((W_uk_hᵀ q_h) · c_j + q_rope_h · k_rope_j) · scale``.
 
@@ -108,12 +116,8 @@ def absorbed_scores(q, c, W_uk, *, q_rope=None, k_rope=None, scale=None):
     scores : same kind and dtype as q, shape (batch, n_heads, seq_q, seq_k)
         Pre-softmax.
     """
-    fn = "absorbed_scores"
-    _check_absorbed(fn, q, c, W_uk, q_rope, k_rope)
     d_rope = 0 if q_rope is None else q_rope.shape[-1]
-    if scale is None:
-        scale = 1.0 / math.sqrt(q.shape[-1] + d_rope)
-    scale = check_number(fn, "scale", scale)
+    scale = 1.0 / math.sqrt(q.shape[-1] + d_rope) if scale is None else float(scale)
     ops = B.ops_for(q)
     q_latent = q @ W_uk  # (batch, n_heads, seq_q, d_latent): the absorbed queries
     s = q_latent @ ops.transpose_last(c[:, None])  # (batch, n_heads, seq_q, seq_k)
@@ -137,6 +141,14 @@ class LatentCache:
     dtype : torch.dtype, default torch.float32
     """
 
+    def _check_init(self, batch, d_latent, d_rope=0, *, max_len=64, dtype=torch.float32):
+        fn = "LatentCache"
+        check_int(fn, "batch", batch, minimum=1)
+        check_int(fn, "d_latent", d_latent, minimum=1)
+        check_int(fn, "d_rope", d_rope, minimum=0)
+        check_int(fn, "max_len", max_len, minimum=1)
+
+    @validated(_check_init)
     def __init__(
         self,
         batch: int,
@@ -146,11 +158,7 @@ class LatentCache:
         max_len: int = 64,
         dtype: torch.dtype = torch.float32,
     ):
-        fn = "LatentCache"
-        self.batch = check_int(fn, "batch", batch, minimum=1)
-        self.d_latent = check_int(fn, "d_latent", d_latent, minimum=1)
-        self.d_rope = check_int(fn, "d_rope", d_rope, minimum=0)
-        max_len = check_int(fn, "max_len", max_len, minimum=1)
+        self.batch, self.d_latent, self.d_rope = int(batch), int(d_latent), int(d_rope)
         self.dtype = dtype
         self._c = torch.empty(batch, max_len, d_latent, dtype=dtype)
         self._k_rope = torch.empty(batch, max_len, d_rope, dtype=dtype)
@@ -160,6 +168,15 @@ class LatentCache:
     def capacity(self) -> int:
         return self._c.shape[1]
 
+    def _check_append(self, c, k_rope) -> None:
+        rows = (("batch", self.batch), ("seq_new", None))
+        entries = (
+            ("c", c, (*rows, ("d_latent", self.d_latent))),
+            ("k_rope", k_rope, (*rows, ("d_rope", self.d_rope))),
+        )
+        check_cache_step("LatentCache.append", entries, dtype=self.dtype, seq_axis=1)
+
+    @validated(_check_append)
     def append(self, c: torch.Tensor, k_rope: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store new positions; return everything cached.
 
@@ -174,13 +191,7 @@ class LatentCache:
         c_all : Tensor of shape (batch, length, d_latent)
         k_rope_all : Tensor of shape (batch, length, d_rope)
         """
-        fn = "LatentCache.append"
-        rows = (("batch", self.batch), ("seq_new", None))
-        entries = (
-            ("c", c, (*rows, ("d_latent", self.d_latent))),
-            ("k_rope", k_rope, (*rows, ("d_rope", self.d_rope))),
-        )
-        end = self.length + check_cache_step(fn, entries, dtype=self.dtype, seq_axis=1)
+        end = self.length + c.shape[1]  # c: (batch, seq_new, d_latent)
         if end > self.capacity:  # grow: double, or more if needed
             new_cap = max(end, 2 * self.capacity)
             c_new = torch.empty(self.batch, new_cap, self.d_latent, dtype=self.dtype)
@@ -310,6 +321,29 @@ class LatentAttention(nn.Module):
         dtype = self.W_dkv.weight.dtype
         return LatentCache(batch, self.d_latent, self.d_rope, max_len=max_len, dtype=dtype)
 
+    def _check_forward(self, x, cache=None, *, absorbed=False) -> None:
+        fn = "LatentAttention"
+        check_array(fn, "x", x, only="torch")
+        check_ndim(fn, "x", x, ndim=3, doc="(batch, seq_new, d_model)")
+        as_float_array(fn, "x", x)
+        d_model, dtype = self.W_q.in_features, self.W_q.weight.dtype
+        if x.shape[-1] != d_model or x.dtype != dtype:
+            raise ValueError(
+                f"{fn}: {B.describe('x', x)} must be (batch, seq_new, d_model={d_model}) of "
+                f"the weights' dtype {dtype}"
+            )
+        if cache is not None and not isinstance(cache, LatentCache):
+            raise TypeError(f"{fn}: cache must be a LatentCache or None, got {B.type_name(cache)}")
+        if cache is not None:
+            want = (x.shape[0], self.d_latent, self.d_rope, dtype)
+            got = (cache.batch, cache.d_latent, cache.d_rope, cache.dtype)
+            if got != want:
+                raise ValueError(
+                    f"{fn}: cache holds (batch, d_latent, d_rope, dtype) = {got}, this layer "
+                    f"needs {want}; make it with new_cache"
+                )
+
+    @validated(_check_forward)
     def forward(self, x: torch.Tensor, cache: LatentCache | None = None, *, absorbed=False):
         """Causal latent attention over x (and, with a cache, every earlier position).
 
@@ -330,11 +364,6 @@ class LatentAttention(nn.Module):
         out : Tensor of shape (batch, seq_new, d_model)
         weights : Tensor of shape (batch, n_heads, seq_new, seq_k)
         """
-        fn = "LatentAttention"
-        check_array(fn, "x", x, only="torch")
-        check_ndim(fn, "x", x, ndim=3, doc="(batch, seq_new, d_model)")
-        if cache is not None and not isinstance(cache, LatentCache):
-            raise TypeError(f"{fn}: cache must be a LatentCache or None, got {B.type_name(cache)}")
         start = 0 if cache is None else cache.length  # position of the first new token
         q, q_rope = self.queries(x, start)  # (batch, n_heads, seq_new, d_head / d_rope)
         c, k_rope = self.compress(x, start)  # (batch, seq_new, d_latent / d_rope)

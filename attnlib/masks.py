@@ -10,11 +10,26 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from attnlib._validate import check_choice, check_int
+from attnlib._validate import check_choice, check_int, validated
 
-__all__ = ["causal_mask", "causal_offset", "padding_mask"]
+__all__ = ["ALIGNS", "causal_mask", "causal_offset", "padding_mask"]
+
+ALIGNS = ("top_left", "bottom_right")  # where the causal diagonal sits
 
 
+def _check_causal_offset(seq_q: int, seq_k: int, align: str = "top_left") -> None:
+    check_choice("causal_offset", "align", align, ALIGNS)
+
+
+def _check_causal_mask(seq_q, seq_k=None, *, align="top_left", like=None) -> None:
+    fn = "causal_mask"
+    check_int(fn, "seq_q", seq_q, minimum=0)
+    if seq_k is not None:
+        check_int(fn, "seq_k", seq_k, minimum=0)
+    check_choice(fn, "align", align, ALIGNS)
+
+
+@validated(_check_causal_offset)
 def causal_offset(seq_q: int, seq_k: int, align: str = "top_left") -> int:
     """How far the causal diagonal is shifted: query i sees keys ``0 .. i + offset``.
 
@@ -22,10 +37,10 @@ def causal_offset(seq_q: int, seq_k: int, align: str = "top_left") -> int:
     are the newest seq_q of the seq_k positions). :func:`causal_mask` and the tiles of
     :func:`attnlib.blockwise.blockwise_attend` both read ``align`` through it.
     """
-    check_choice("causal_offset", "align", align, ("top_left", "bottom_right"))
     return 0 if align == "top_left" else seq_k - seq_q
 
 
+@validated(_check_causal_mask)
 def causal_mask(seq_q: int, seq_k: int | None = None, *, align: str = "top_left", like=None):
     """Which keys each query may see when the future is hidden.
 
@@ -48,10 +63,7 @@ def causal_mask(seq_q: int, seq_k: int | None = None, *, align: str = "top_left"
     mask : bool ndarray or Tensor of shape (seq_q, seq_k)
         True = may attend.
     """
-    fn = "causal_mask"
-    seq_q = check_int(fn, "seq_q", seq_q, minimum=0)
-    seq_k = seq_q if seq_k is None else check_int(fn, "seq_k", seq_k, minimum=0)
-    check_choice(fn, "align", align, ("top_left", "bottom_right"))
+    seq_k = seq_q if seq_k is None else seq_k
     offset = causal_offset(seq_q, seq_k, align)
     if isinstance(like, torch.Tensor):
         q_pos = torch.arange(seq_q, device=like.device)[:, None]  # (seq_q, 1)

@@ -27,13 +27,16 @@ from attnlib._validate import (
     as_float_array,
     check_array,
     check_bool_mask,
+    check_choice,
     check_instance,
     check_int,
     check_ndim,
     check_same_dim,
+    validated,
 )
 from attnlib.core import attend
 from attnlib.heads import merge_heads, split_heads
+from attnlib.masks import ALIGNS
 from attnlib.torch_mha import unpack_mha
 
 __all__ = ["MultiHeadAttention", "FusedQKVAttention"]
@@ -79,27 +82,20 @@ class _HeadsMixin:
         why = "each sequence's queries attend to its own keys, so the batch sizes must match"
         check_same_dim(cls, "batch", ("query", query, 0), ("key", key, 0), why)
 
-    def _check_mask(self, mask, batch: int, seq_q: int, seq_k: int, device) -> torch.Tensor | None:
-        """Return the mask as a bool tensor of 4 dims, broadcastable to the weights."""
+    def _check_mask(self, mask, batch: int, seq_q: int, seq_k: int) -> None:
+        """A bool mask whose 4-dim form (:meth:`_mask4`) broadcasts to the weights."""
         if mask is None:
-            return None
+            return
         cls = type(self).__name__
         target = (batch, self.n_heads, seq_q, seq_k)
         # The type and dtype rule is attend's; the shapes are this module's own (a 3-D mask
         # is (batch, seq_q, seq_k), not broadcast as (n_heads, seq_q, seq_k)).
         check_bool_mask(cls, "mask", mask, hint=_MASK_HINT)
-        if B.is_numpy(mask):
-            mask = torch.from_numpy(mask)
         shape = tuple(mask.shape)
-        if mask.ndim == 2:  # (seq_q, seq_k): the same for every sequence and head
-            m4 = mask[None, None]
-        elif mask.ndim == 3:  # (batch, seq_q or 1, seq_k), e.g. attnlib.padding_mask
-            m4 = mask[:, None]
-        elif mask.ndim == 4:  # (batch, n_heads, seq_q, seq_k), any of them may be 1
-            m4 = mask
-        else:
-            m4 = None
-        ok = m4 is not None and all(m == t or m == 1 for m, t in zip(m4.shape, target, strict=True))
+        m4 = (1,) * (4 - mask.ndim) + shape if 2 <= mask.ndim <= 4 else None
+        if mask.ndim == 3:  # (batch, seq_q or 1, seq_k): the head axis goes second
+            m4 = (shape[0], 1, *shape[1:])
+        ok = m4 is not None and all(m == t or m == 1 for m, t in zip(m4, target, strict=True))
         if not ok:
             raise ValueError(
                 f"{cls}: mask of shape {shape} does not fit weights of shape "
@@ -107,7 +103,27 @@ class _HeadsMixin:
                 f"(batch, seq_q or 1, seq_k) (e.g. attnlib.padding_mask) or "
                 f"(batch, n_heads or 1, seq_q or 1, seq_k)"
             )
-        return m4.to(device)
+
+    @staticmethod
+    def _mask4(mask, device) -> torch.Tensor | None:
+        """A checked mask as a bool tensor of 4 dims, broadcastable to the weights."""
+        if mask is None:
+            return None
+        if B.is_numpy(mask):
+            mask = torch.from_numpy(mask)
+        if mask.ndim == 2:  # (seq_q, seq_k): the same for every sequence and head
+            mask = mask[None, None]
+        elif mask.ndim == 3:  # (batch, seq_q or 1, seq_k), e.g. attnlib.padding_mask
+            mask = mask[:, None]
+        return mask.to(device)  # (batch or 1, n_heads or 1, seq_q or 1, seq_k)
+
+    def _check_forward(self, query, key, value, mask=None, causal=False, *, align="top_left"):
+        self._check_inputs(query, key, value)
+        self._check_mask(mask, query.shape[0], query.shape[1], key.shape[1])
+        check_choice(type(self).__name__, "align", align, ALIGNS)
+
+    def _check_self_forward(self, x, mask=None, causal=False, *, align="top_left"):
+        self._check_forward(x, x, x, mask, causal, align=align)
 
     def _attend_heads(self, q, k, v, mask, causal: bool, align: str):
         """Attention on every head at once, then merge and mix with ``W_o``."""
@@ -168,6 +184,7 @@ class MultiHeadAttention(_HeadsMixin, nn.Module):
         self.W_v = nn.Linear(self.d_model, self.d_model, bias=bias)
         self.W_o = nn.Linear(self.d_model, self.d_model, bias=bias)
 
+    @validated(_HeadsMixin._check_forward)
     def forward(self, query, key, value, mask=None, causal: bool = False, *, align="top_left"):
         """Attend from every query position to the key positions, in every head.
 
@@ -194,9 +211,7 @@ class MultiHeadAttention(_HeadsMixin, nn.Module):
             Post-softmax weights of each head; rows sum to 1, a query with no key to
             attend to gets a row of zeros (and its ``out`` is ``W_o``'s bias).
         """
-        self._check_inputs(query, key, value)
-        batch, seq_q, _ = query.shape
-        mask = self._check_mask(mask, batch, seq_q, key.shape[1], query.device)
+        mask = self._mask4(mask, query.device)  # (batch or 1, n_heads or 1, seq_q or 1, seq_k)
         q = self.W_q(query)  # (batch, seq_q, d_model)
         k = self.W_k(key)  # (batch, seq_k, d_model)
         v = self.W_v(value)  # (batch, seq_k, d_model)
@@ -283,6 +298,7 @@ class FusedQKVAttention(_HeadsMixin, nn.Module):
         self.W_qkv = nn.Linear(self.d_model, 3 * self.d_model, bias=bias)
         self.W_o = nn.Linear(self.d_model, self.d_model, bias=bias)
 
+    @validated(_HeadsMixin._check_self_forward)
     def forward(self, x, mask=None, causal: bool = False, *, align: str = "top_left"):
         """Self-attention: every position of ``x`` is a query, a key and a value.
 
@@ -301,9 +317,7 @@ class FusedQKVAttention(_HeadsMixin, nn.Module):
         out : Tensor of shape (batch, seq, d_model)
         weights : Tensor of shape (batch, n_heads, seq, seq)
         """
-        self._check_inputs(x, x, x)
-        batch, seq, _ = x.shape
-        mask = self._check_mask(mask, batch, seq, seq, x.device)
+        mask = self._mask4(mask, x.device)  # (batch or 1, n_heads or 1, seq or 1, seq)
         qkv = self.W_qkv(x)  # (batch, seq, 3 * d_model)
         q, k, v = qkv.split(self.d_model, dim=-1)  # each (batch, seq, d_model)
         return self._attend_heads(q, k, v, mask, causal, align)

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from attnlib import _backend as B
-from attnlib._validate import as_float_array, check_int, check_ndim, check_number
+from attnlib._validate import as_float_array, check_int, check_ndim, check_number, validated
 
 __all__ = [
     "sinusoidal_positions",
@@ -80,34 +80,71 @@ def sinusoidal_positions(seq: int, d_model: int, *, base: float = 10000.0, like=
     return P
 
 
-def rotary_frequencies(d_k: int, *, base: float = 10000.0) -> np.ndarray:
-    """Angular speed of each rotation plane: ``base^(-2i/d_k)``, shape (d_k/2,)."""
-    fn = "rotary_frequencies"
+def _check_even_d_k(fn: str, d_k) -> None:
     d_k = check_int(fn, "d_k", d_k, minimum=2)
-    base = check_number(fn, "base", base, positive=True)
     if d_k % 2:
         raise ValueError(f"{fn}: d_k must be even (dimensions are rotated in pairs), got {d_k}")
+
+
+def _check_rotary_frequencies(d_k: int, *, base: float = 10000.0) -> None:
+    _check_even_d_k("rotary_frequencies", d_k)
+    check_number("rotary_frequencies", "base", base, positive=True)
+
+
+def _positions_array(positions) -> np.ndarray:
+    """``positions`` (a sequence, ndarray or Tensor) as a float64 numpy array."""
+    return np.asarray(positions.cpu() if B.is_torch(positions) else positions, dtype=np.float64)
+
+
+def _check_rotary_angles(positions, d_k: int, *, base: float = 10000.0) -> None:
+    pos = _positions_array(positions)
+    if pos.ndim != 1:
+        raise ValueError(f"rotary_angles: positions must have shape (seq,), got {pos.shape}")
+    _check_even_d_k("rotary_angles", d_k)
+    check_number("rotary_angles", "base", base, positive=True)
+
+
+@validated(_check_rotary_frequencies)
+def rotary_frequencies(d_k: int, *, base: float = 10000.0) -> np.ndarray:
+    """Angular speed of each rotation plane: ``base^(-2i/d_k)``, shape (d_k/2,)."""
     return base ** (-np.arange(0, d_k, 2, dtype=np.float64) / d_k)
 
 
+@validated(_check_rotary_angles)
 def rotary_angles(positions, d_k: int, *, base: float = 10000.0) -> np.ndarray:
     """Rotation angle of each plane at each position, shape (seq, d_k/2), float64."""
-    pos = np.asarray(positions.cpu() if B.is_torch(positions) else positions, dtype=np.float64)
-    if pos.ndim != 1:
-        raise ValueError(f"rotary_angles: positions must have shape (seq,), got {pos.shape}")
+    pos = _positions_array(positions)  # (seq,)
     return pos[:, None] * rotary_frequencies(d_k, base=base)[None, :]  # (seq, d_k/2)
 
 
-def _rotary_input(fn: str, x):
-    """``x`` as a float array of shape (..., seq, d_k) with an even d_k, or a clear error."""
-    x = as_float_array(fn, "x", x)
-    check_ndim(fn, "x", x, min_ndim=2, doc="(..., seq, d_k)")
+def _check_rotary_input(fn: str, x, positions, base, name: str = "x") -> None:
+    """``x`` a float array (..., seq, d_k) with an even d_k; ``positions`` (seq,); ``base``
+    a positive number — or a clear error naming ``name``."""
+    as_float_array(fn, name, x)
+    check_ndim(fn, name, x, min_ndim=2, doc="(..., seq, d_k)")
     if x.shape[-1] % 2:
         d_k = x.shape[-1]
-        raise ValueError(f"{fn}: {B.describe('x', x)} has odd d_k={d_k}; pairs need even d_k")
-    return x
+        raise ValueError(f"{fn}: {B.describe(name, x)} has odd d_k={d_k}; pairs need even d_k")
+    check_number(fn, "base", base, positive=True)
+    if positions is not None:
+        pos = _positions_array(positions)
+        seq = x.shape[-2]
+        if pos.ndim != 1:
+            raise ValueError(f"{fn}: positions must have shape (seq,), got {pos.shape}")
+        if pos.shape[0] != seq:
+            got = f"{pos.shape[0]} positions for {B.describe(name, x)} (seq={seq})"
+            raise ValueError(f"{fn}: {got}")
 
 
+def _check_apply_rotary(x, positions=None, *, base: float = 10000.0) -> None:
+    _check_rotary_input("apply_rotary", x, positions, base)
+
+
+def _check_apply_rotary_halves(x, positions=None, *, base: float = 10000.0) -> None:
+    _check_rotary_input("apply_rotary_halves", x, positions, base)
+
+
+@validated(_check_apply_rotary)
 def apply_rotary(x, positions=None, *, base: float = 10000.0):
     """Rotate queries or keys by their positions (rotary embeddings, RoPE).
 
@@ -127,13 +164,9 @@ def apply_rotary(x, positions=None, *, base: float = 10000.0):
     -------
     x_rot : same kind, dtype and shape as x
     """
-    fn = "apply_rotary"
-    x = _rotary_input(fn, x)
     seq, d_k = x.shape[-2], x.shape[-1]
     positions = np.arange(seq) if positions is None else positions
     ang = rotary_angles(positions, d_k, base=base)  # (seq, d_k/2)
-    if ang.shape[0] != seq:
-        raise ValueError(f"{fn}: {ang.shape[0]} positions for {B.describe('x', x)} (seq={seq})")
     cos, sin = np.cos(ang), np.sin(ang)
     if B.is_torch(x):
         work = B.TORCH.work_dtype(x)
@@ -156,6 +189,11 @@ def apply_rotary(x, positions=None, *, base: float = 10000.0):
 # ----------------------------------------------------------------------------------------
 
 
+def _check_rotary_halves_permutation(d_k: int) -> None:
+    _check_even_d_k("rotary_halves_permutation", d_k)
+
+
+@validated(_check_rotary_halves_permutation)
 def rotary_halves_permutation(d_k: int) -> np.ndarray:
     """The dimension order that turns the rotate-half layout into interleaved pairs.
 
@@ -168,14 +206,11 @@ def rotary_halves_permutation(d_k: int) -> np.ndarray:
     -------
     perm : int ndarray of shape (d_k,)
     """
-    fn = "rotary_halves_permutation"
-    d_k = check_int(fn, "d_k", d_k, minimum=2)
-    if d_k % 2:
-        raise ValueError(f"{fn}: d_k must be even (dimensions are rotated in pairs), got {d_k}")
     half = d_k // 2
     return np.stack([np.arange(half), np.arange(half, d_k)], axis=1).reshape(d_k)  # (d_k,)
 
 
+@validated(_check_apply_rotary_halves)
 def apply_rotary_halves(x, positions=None, *, base: float = 10000.0):
     """Rotary embeddings in the rotate-half layout (GPT-NeoX, Llama in ``transformers``).
 
@@ -186,8 +221,6 @@ def apply_rotary_halves(x, positions=None, *, base: float = 10000.0):
     (:func:`rotary_halves_permutation`), which is how it is computed here. Parameters
     and return value are those of :func:`apply_rotary`.
     """
-    fn = "apply_rotary_halves"
-    x = _rotary_input(fn, x)
     d_k = x.shape[-1]
     perm = rotary_halves_permutation(d_k)  # (d_k,)
     inverse = np.argsort(perm)  # (d_k,)

@@ -28,6 +28,7 @@ from attnlib._validate import (
     check_ndim,
     check_same_dim,
     same_kind_and_dtype,
+    validated,
 )
 
 __all__ = ["QKVProjection", "linear", "project"]
@@ -39,22 +40,7 @@ def _check_array(fn: str, name: str, x: Any, min_ndim: int):
     return x
 
 
-def linear(x, weight, bias=None):
-    """What ``torch.nn.Linear`` computes: ``x @ weightᵀ + bias``.
-
-    Parameters
-    ----------
-    x : ndarray or Tensor of shape (..., in_features)
-        Any number of leading dims (e.g. (batch, seq, d_model)).
-    weight : ndarray or Tensor of shape (out_features, in_features)
-        Stored the way ``nn.Linear.weight`` stores it: one row per output feature.
-    bias : ndarray or Tensor of shape (out_features,), optional
-        Added to every output row; None for no bias.
-
-    Returns
-    -------
-    y : same kind and dtype as x, shape (..., out_features)
-    """
+def _check_linear(x, weight, bias=None) -> None:
     fn = "linear"
     x = _check_array(fn, "x", x, 1)
     weight = _check_array(fn, "weight", weight, 2)
@@ -78,6 +64,25 @@ def linear(x, weight, bias=None):
                 f"{weight.shape[0]} (shape {tuple(weight.shape)}); bias must be (out_features,)"
             )
     same_kind_and_dtype(fn, named)
+
+
+@validated(_check_linear)
+def linear(x, weight, bias=None):
+    """What ``torch.nn.Linear`` computes: ``x @ weightᵀ + bias``.
+
+    Parameters
+    ----------
+    x : ndarray or Tensor of shape (..., in_features)
+        Any number of leading dims (e.g. (batch, seq, d_model)).
+    weight : ndarray or Tensor of shape (out_features, in_features)
+        Stored the way ``nn.Linear.weight`` stores it: one row per output feature.
+    bias : ndarray or Tensor of shape (out_features,), optional
+        Added to every output row; None for no bias.
+
+    Returns
+    -------
+    y : same kind and dtype as x, shape (..., out_features)
+    """
     y = x @ B.ops_for(x).transpose_last(weight)  # (..., out_features)
     return y if bias is None else y + bias
 

@@ -28,34 +28,19 @@ from attnlib._validate import (
     as_float_array,
     broadcast_shapes,
     check_array,
+    check_choice,
     check_int,
     check_mask,
     check_ndim,
     same_kind_and_dtype,
+    validated,
 )
-from attnlib.masks import causal_mask
+from attnlib.masks import ALIGNS, causal_mask
 
 __all__ = ["indexer_scores", "Indexer", "topk_mask"]
 
 
-def indexer_scores(q_idx, k_idx, head_weights):
-    """How much each query wants each key: ``Σ_h w[t, h] · relu(q_idx[h, t] · k_idx[s])``.
-
-    Parameters
-    ----------
-    q_idx : ndarray or Tensor of shape (..., n_index_heads, seq_q, d_index)
-        One small query per index head.
-    k_idx : ndarray or Tensor of shape (..., seq_k, d_index)
-        One small key per position, shared by the index heads (this is what is cached).
-    head_weights : ndarray or Tensor broadcastable to (..., seq_q, n_index_heads)
-        How much each index head counts, per query.
-
-    Returns
-    -------
-    index_scores : same kind and dtype as q_idx, shape (..., seq_q, seq_k)
-        A ranking only: no softmax (a positive scale, which the release applies to the
-        head weights, would not change it).
-    """
+def _check_indexer_scores(q_idx, k_idx, head_weights) -> None:
     fn = "indexer_scores"
     named = {"q_idx": q_idx, "k_idx": k_idx, "head_weights": head_weights}
     for name, x in named.items():
@@ -77,6 +62,27 @@ def indexer_scores(q_idx, k_idx, head_weights):
             f"{fn}: {B.describe('head_weights', head_weights)} does not broadcast to "
             f"(..., seq_q, n_index_heads) = {want} given by q_idx of shape {tuple(q_idx.shape)}"
         )
+
+
+@validated(_check_indexer_scores)
+def indexer_scores(q_idx, k_idx, head_weights):
+    """How much each query wants each key: ``Σ_h w[t, h] · relu(q_idx[h, t] · k_idx[s])``.
+
+    Parameters
+    ----------
+    q_idx : ndarray or Tensor of shape (..., n_index_heads, seq_q, d_index)
+        One small query per index head.
+    k_idx : ndarray or Tensor of shape (..., seq_k, d_index)
+        One small key per position, shared by the index heads (this is what is cached).
+    head_weights : ndarray or Tensor broadcastable to (..., seq_q, n_index_heads)
+        How much each index head counts, per query.
+
+    Returns
+    -------
+    index_scores : same kind and dtype as q_idx, shape (..., seq_q, seq_k)
+        A ranking only: no softmax (a positive scale, which the release applies to the
+        head weights, would not change it).
+    """
     ops = B.ops_for(q_idx)
     dots = q_idx @ ops.transpose_last(k_idx)[..., None, :, :]  # (..., n_index_heads, seq_q, seq_k)
     relu = ops.maximum(dots, ops.zeros_like(dots))  # negative matches count 0
@@ -116,6 +122,23 @@ class Indexer(nn.Module):
         self.W_k = nn.Linear(d_model, d_index, bias=False)
         self.W_w = nn.Linear(d_model, n_index_heads, bias=False)
 
+    def _check_forward(self, x_q, x_k=None) -> None:
+        d_model, dtype = self.W_q.in_features, self.W_q.weight.dtype
+        for name, x in (("x_q", x_q), ("x_k", x_q if x_k is None else x_k)):
+            check_array("Indexer", name, x, only="torch")
+            check_ndim("Indexer", name, x, ndim=3, doc="(batch, seq, d_model)")
+            if x.shape[-1] != d_model or x.dtype != dtype:
+                raise ValueError(
+                    f"Indexer: {B.describe(name, x)} must be (batch, seq, d_model={d_model}) of "
+                    f"the weights' dtype {dtype}"
+                )
+        if x_k is not None and x_k.shape[0] != x_q.shape[0]:
+            raise ValueError(
+                f"Indexer: x_q of shape {tuple(x_q.shape)} and x_k of shape "
+                f"{tuple(x_k.shape)} must have one batch size"
+            )
+
+    @validated(_check_forward)
     def forward(self, x_q: torch.Tensor, x_k: torch.Tensor | None = None) -> torch.Tensor:
         """Index scores of the positions of ``x_k`` (default ``x_q``) for those of ``x_q``.
 
@@ -129,15 +152,28 @@ class Indexer(nn.Module):
         index_scores : Tensor of shape (batch, seq_q, seq_k)
         """
         x_k = x_q if x_k is None else x_k
-        for name, x in (("x_q", x_q), ("x_k", x_k)):
-            check_array("Indexer", name, x, only="torch")
-            check_ndim("Indexer", name, x, ndim=3, doc="(batch, seq, d_model)")
         q = self.W_q(x_q).unflatten(-1, (self.n_index_heads, self.d_index))  # (b, seq_q, h, d)
         q = q.transpose(1, 2)  # (batch, n_index_heads, seq_q, d_index)
         k = self.W_k(x_k)  # (batch, seq_k, d_index)
         return indexer_scores(q, k, self.W_w(x_q))  # (batch, seq_q, seq_k)
 
 
+def _check_topk_mask(index_scores, k, mask=None, *, causal=False, align="top_left") -> None:
+    fn = "topk_mask"
+    scores = as_float_array(fn, "index_scores", index_scores)
+    check_ndim(fn, "index_scores", scores, min_ndim=2, doc="(..., seq_q, seq_k)")
+    check_int(fn, "k", k, minimum=0)
+    shape = tuple(scores.shape)
+    if mask is not None:
+        check_array(fn, "mask", mask)
+        target = broadcast_shapes(fn, "shapes", {"index_scores": shape, "mask": tuple(mask.shape)})
+        check_mask(fn, mask, scores, target, "selection (..., seq_q, seq_k)")
+    check_choice(fn, "align", align, ALIGNS)
+    if not bool(torch.isfinite(torch.as_tensor(scores)).all()):
+        raise ValueError(f"{fn}: {B.describe('index_scores', scores)} has nan or inf entries")
+
+
+@validated(_check_topk_mask)
 def topk_mask(index_scores, k: int, mask=None, *, causal: bool = False, align: str = "top_left"):
     """Keep, for each query, the ``k`` allowed keys with the highest index scores.
 
@@ -163,20 +199,9 @@ def topk_mask(index_scores, k: int, mask=None, *, causal: bool = False, align: s
     selected : bool, same kind as index_scores, shape broadcast(index_scores, mask)
         True = kept (may attend). Pass it as the mask of :func:`attnlib.attend`.
     """
-    fn = "topk_mask"
-    scores = as_float_array(fn, "index_scores", index_scores)
-    check_ndim(fn, "index_scores", scores, min_ndim=2, doc="(..., seq_q, seq_k)")
-    k = check_int(fn, "k", k, minimum=0)
-    seq_q, seq_k = scores.shape[-2:]
-    shape = tuple(scores.shape)
-    if mask is not None:
-        check_array(fn, "mask", mask)
-        target = broadcast_shapes(fn, "shapes", {"index_scores": shape, "mask": tuple(mask.shape)})
-        check_mask(fn, mask, scores, target, "selection (..., seq_q, seq_k)")
-    is_numpy = B.is_numpy(scores)
-    s = torch.as_tensor(scores)  # numpy: computed in torch, returned as numpy
-    if not bool(torch.isfinite(s).all()):
-        raise ValueError(f"{fn}: {B.describe('index_scores', scores)} has nan or inf entries")
+    seq_q, seq_k = index_scores.shape[-2:]
+    is_numpy = B.is_numpy(index_scores)
+    s = torch.as_tensor(index_scores)  # numpy: computed in torch, returned as numpy
     allowed = torch.ones((), dtype=torch.bool)
     if mask is not None:
         allowed = allowed & torch.as_tensor(mask)  # (..., seq_q, seq_k)

@@ -16,7 +16,8 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from attnlib._validate import check_bool_mask, check_instance
+from attnlib import _backend as B
+from attnlib._validate import check_array, check_bool_mask, check_instance, check_ndim, validated
 from attnlib.core import attend
 from attnlib.heads import merge_heads, split_heads
 from attnlib.projections import linear
@@ -44,14 +45,18 @@ class MHAWeights(NamedTuple):
     batch_first: bool
 
 
+def _check_unpack_mha(mha) -> None:
+    check_instance("unpack_mha", "mha", mha, nn.MultiheadAttention, "a torch.nn.MultiheadAttention")
+    if mha.bias_k is not None or mha.add_zero_attn:
+        raise ValueError("unpack_mha: add_bias_kv / add_zero_attn are not supported")
+
+
+@validated(_check_unpack_mha)
 def unpack_mha(mha: nn.MultiheadAttention) -> MHAWeights:
     """Split an ``nn.MultiheadAttention`` into W_q, W_k, W_v, W_o and their biases.
 
     The returned tensors are views of the module's parameters (gradients flow through them).
     """
-    check_instance("unpack_mha", "mha", mha, nn.MultiheadAttention, "a torch.nn.MultiheadAttention")
-    if mha.bias_k is not None or mha.add_zero_attn:
-        raise ValueError("unpack_mha: add_bias_kv / add_zero_attn are not supported")
     d = mha.embed_dim
     if mha.in_proj_weight is not None:
         W_q, W_k, W_v = mha.in_proj_weight.split(d, dim=0)  # each (d_model, d_model)
@@ -68,6 +73,27 @@ def unpack_mha(mha: nn.MultiheadAttention) -> MHAWeights:
     )  # fmt: skip
 
 
+def _check_mha_forward(
+    mha, query, key, value, key_padding_mask=None, attn_mask=None, average_attn_weights=True
+) -> None:
+    fn, hint = "mha_forward", "float (additive) masks are not supported here"
+    check_instance(fn, "mha", mha, nn.MultiheadAttention, "a torch.nn.MultiheadAttention")
+    if mha.bias_k is not None or mha.add_zero_attn:
+        raise ValueError(f"{fn}: add_bias_kv / add_zero_attn are not supported")
+    widths = {"query": mha.embed_dim, "key": mha.kdim, "value": mha.vdim}
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        check_array(fn, name, x, only="torch")
+        check_ndim(fn, name, x, ndim=3, doc="(batch, seq, d) or (seq, batch, d)")
+        if x.shape[-1] != widths[name]:
+            raise ValueError(f"{fn}: {B.describe(name, x)} must have width {widths[name]}")
+    if key_padding_mask is not None:
+        kpm = key_padding_mask
+        check_bool_mask(fn, "key_padding_mask", kpm, meaning="True = padding", hint=hint)
+    if attn_mask is not None:
+        check_bool_mask(fn, "attn_mask", attn_mask, meaning="True = blocked", hint=hint)
+
+
+@validated(_check_mha_forward)
 def mha_forward(
     mha: nn.MultiheadAttention,
     query: torch.Tensor,
@@ -95,13 +121,9 @@ def mha_forward(
     k = split_heads(linear(key, w.W_k, w.b_k), h)  # (batch, n_heads, seq_k, d_head)
     v = split_heads(linear(value, w.W_v, w.b_v), h)  # (batch, n_heads, seq_k, d_head)
     allowed = torch.ones(batch, 1, seq_q, seq_k, dtype=torch.bool, device=query.device)
-    fn, hint = "mha_forward", "float (additive) masks are not supported here"
     if key_padding_mask is not None:
-        kpm = key_padding_mask
-        check_bool_mask(fn, "key_padding_mask", kpm, meaning="True = padding", hint=hint)
         allowed = allowed & ~key_padding_mask[:, None, None, :]  # True = blocked there
     if attn_mask is not None:
-        check_bool_mask(fn, "attn_mask", attn_mask, meaning="True = blocked", hint=hint)
         allowed = allowed & ~attn_mask
     out, weights = attend(q, k, v, mask=allowed)  # (batch, n_heads, seq_q, d_head)
     out = merge_heads(out)  # (batch, seq_q, d_model)

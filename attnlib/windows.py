@@ -17,12 +17,22 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from attnlib._validate import check_choice, check_int
-from attnlib.masks import causal_offset
+from attnlib._validate import check_choice, check_int, validated
+from attnlib.masks import ALIGNS, causal_offset
 
 __all__ = ["sliding_window_mask"]
 
 
+def _check_sliding_window_mask(seq_q, seq_k=None, *, window, align="top_left", like=None):
+    fn = "sliding_window_mask"
+    check_int(fn, "seq_q", seq_q, minimum=0)
+    if seq_k is not None:
+        check_int(fn, "seq_k", seq_k, minimum=0)
+    check_int(fn, "window", window, minimum=1)
+    check_choice(fn, "align", align, ALIGNS)
+
+
+@validated(_check_sliding_window_mask)
 def sliding_window_mask(
     seq_q: int, seq_k: int | None = None, *, window: int, align: str = "top_left", like=None
 ):
@@ -56,11 +66,7 @@ def sliding_window_mask(
            [0, 1, 1, 0],
            [0, 0, 1, 1]])
     """
-    fn = "sliding_window_mask"
-    seq_q = check_int(fn, "seq_q", seq_q, minimum=0)
-    seq_k = seq_q if seq_k is None else check_int(fn, "seq_k", seq_k, minimum=0)
-    window = check_int(fn, "window", window, minimum=1)
-    check_choice(fn, "align", align, ("top_left", "bottom_right"))
+    seq_k = seq_q if seq_k is None else seq_k
     offset = causal_offset(seq_q, seq_k, align)
     if isinstance(like, torch.Tensor):
         q_pos = torch.arange(seq_q, device=like.device)[:, None] + offset  # (seq_q, 1)

@@ -113,7 +113,7 @@ SIZED = [
     ("sinusoidal_positions", "seq", lambda n: sinusoidal_positions(n, 4)),
     ("sinusoidal_positions", "d_model", lambda n: sinusoidal_positions(3, n)),
     ("rotary_frequencies", "d_k", lambda n: rotary_frequencies(n)),
-    ("rotary_frequencies", "d_k", lambda n: rotary_angles([0, 1], n)),
+    ("rotary_angles", "d_k", lambda n: rotary_angles([0, 1], n)),
     ("blockwise_attend", "block_q", lambda n: blockwise_attend(*[np.zeros((2, 4))] * 3, block_q=n)),
     ("blockwise_attend", "block_k", lambda n: blockwise_attend(*[np.zeros((2, 4))] * 3, block_k=n)),
     ("train", "steps", lambda n: (p := _param(), train([p], _step(p), steps=n, progress=False))),
