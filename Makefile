@@ -48,11 +48,11 @@ lab-staff: setup
 lint: setup
 	$(BIN)/ruff check .
 
-# Two workers, one test file each at a time; files in collection order, where
-# tests/conftest.py puts the longest (the sandboxed grading flow) first, so that it starts
-# at once on one worker while the other works through the rest.
+# Two workers, one test file (or test class) at a time, in collection order, where
+# tests/conftest.py puts the sandboxed grading courses first (tests/test_grading.py, one
+# course per class), so that both workers grade at once and then share out the rest.
 test: setup lint
-	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not regenerate" \
+	$(BIN)/python -m pytest -n 2 --dist loadscope --no-loadscope-reorder -m "not regenerate" \
 	  --durations=15 $(PYTEST_ARGS)
 
 # The second CI stage (.ci/run runs it after `make test`; it gates landing too): retrain

@@ -50,10 +50,12 @@ def python() -> str:
 
 
 def pytest_collection_modifyitems(config, items):
-    """The sandboxed grading flow (tests/test_grading.py) first, the rest in their order.
+    """The sandboxed grading courses (tests/test_grading.py) first, the rest in their order.
 
-    It is by far the longest file. Under `make test` (xdist with `--dist loadfile
-    --no-loadscope-reorder`) it then starts at once on one worker while the other works
-    through everything else, instead of waiting behind files with more (shorter) tests.
+    Grading is by far the longest work. Under `make test` (xdist with `--dist loadscope
+    --no-loadscope-reorder`) each of that file's classes grades its own course and is one
+    unit of work, so both workers start grading at once and then share out the rest,
+    instead of one worker grading while the other waits behind files with more (shorter)
+    tests.
     """
     items.sort(key=lambda item: item.nodeid.split("::")[0] != "tests/test_grading.py")

@@ -1,49 +1,40 @@
 """The real nbgrader flow, in the sandbox: release, exchange, autograde, export, feedback.
 
-ONE course folder holds the three fixture lessons (tests/nbfixtures.py: softmax 1 point +
-attend 2 points; causal_mask 1 + padding_mask 1; decode_step in two parts of 1 point) and
-a copy of every graded lesson in notebooks/. Into it go: the hostile and honest submissions
-of tests/hostile.py, the old scenarios (edited and deleted test cells, an
-interrupt-swallowing loop, unreadable JSON), an exercise with one of its two parts right,
-two learners who go through nbgrader's exchange (release_assignment -> fetch -> submit ->
-collect -> autograde -> generate_feedback -> release_feedback -> fetch_feedback), and the
-instructor version and untouched release of every real lesson. ONE ``autograde`` run
-grades them all, two at a time, each kernel in its own bubblewrap sandbox; the fixture
-prints how long each phase took ("grading fixture phases") and autograde the class's time.
-
-Time: each submission costs a kernel start in its sandbox (torch and attnlib imported) plus
-its lesson's run; the kernel is killed as soon as it is done (no graceful shutdown wait),
-the largest notebooks go first, and the fixture lessons' cells have a 10 s limit (the two
-submissions that never finish a cell cost about two limits each, not two 30 s ones).
+Each class grades its own course in ONE ``autograde`` run (tests/grading_course.py builds
+and grades it; its class-scoped fixture ``graded``): the hostile and honest submissions,
+every graded lesson in shards of a few lessons, and the old scenarios with nbgrader's
+exchange. ``make test`` distributes by class (``--dist loadscope``), so the courses are
+graded on both workers at once. What every course must satisfy (no hidden test in any
+feedback, the export plugin's rows) is checked for each, in :class:`EveryCourse`.
 """
 
 from __future__ import annotations
 
 import csv
 import json
-import os
 import re
-import shutil
-import sys
-import time
-from pathlib import Path
 
 import nbformat
 import pytest
-from hostile import HONEST, HOSTILE
-from nbfixtures import (
+from grading_course import (
+    FIXTURES,
+    LEARNERS,
+    LESSON_PATHS,
     LESSONS,
-    PART_LESSONS,
-    hidden_lines,
-    reference_source,
-    set_solution,
-    solution_lines,
+    NO_SANDBOX,
+    PLANTED,
+    A,
+    B,
+    C,
+    grade,
+    grade_ids,
 )
+from hostile import HONEST, HOSTILE
+from nbfixtures import hidden_lines, reference_source, solution_lines
 from nbfixtures import write_lessons as write_fixture_lessons
 
 from attnlib.checks.grading import TAMPER_TAG
-from attnlib.course import gradebook, sandbox
-from attnlib.course.lessons import lesson_paths
+from attnlib.course import gradebook
 
 pytestmark = [
     pytest.mark.grading,
@@ -52,505 +43,308 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:Cell is missing an id field:Warning"),
 ]
 
-ROOT = Path(__file__).resolve().parents[1]
-ATTNLIB = ROOT / "attnlib"
-TIMEOUT = 30  # seconds per cell of the real lessons in these tests (the course uses 60)
-# The fixture lessons' cells take well under a second; their shorter limit is what the two
-# submissions that never finish a cell (an interrupt-swallowing loop, replaced builtins)
-# cost before their kernels are restarted.
-FIXTURE_TIMEOUT = 10
-JOBS = 2
-NO_SANDBOX = sandbox.unavailable()
-needs_sandbox = pytest.mark.skipif(
-    NO_SANDBOX is not None, reason=f"no bubblewrap sandbox here: {NO_SANDBOX}"
-)
-
-NESTED_SWALLOW_LOOP = """def softmax(x):
-    while True:
-        try:
-            while True:
-                pass
-        except KeyboardInterrupt:
-            continue
-"""
-WRONG_ATTEND = "def attend(q, k, v, mask=None):\n    return q, k\n"
-
-LESSON_PATHS = [p for p in lesson_paths(ROOT / "notebooks") if gradebook.is_graded(p)]
-A, B = LESSONS
-(C,) = PART_LESSONS  # decode_step in two parts of one point (cache, output)
-FIXTURES = [*LESSONS, *PART_LESSONS]
-PLANTED = (
-    ATTNLIB
-    / "checks"
-    / "__pycache__"
-    / (f"_core.cpython-{sys.version_info[0]}{sys.version_info[1]}.pyc")
-)
+#: Graded lessons per shard: every third lesson, so that each shard mixes short and long
+#: lessons and no shard's fixture takes long.
+SHARDS = 3
 
 
-def _grade_ids(nb):
-    return {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in nb.cells}
-
-
-def _submit(course: Path, student: str, lesson: str, nb) -> None:
-    d = course / "submitted" / student / lesson
-    d.mkdir(parents=True, exist_ok=True)
-    if isinstance(nb, str):
-        (d / f"{lesson}.ipynb").write_text(nb)
-    else:
-        nbformat.write(nb, d / f"{lesson}.ipynb")
-
-
-def _release(course: Path, lesson: str):
-    return nbformat.read(course / "release" / lesson / f"{lesson}.ipynb", as_version=4)
-
-
-def _scenarios(course: Path, notebooks: Path) -> None:
-    for lesson in (A, B):
-        _submit(course, "ref", lesson, nbformat.read(notebooks / f"{lesson}.ipynb", as_version=4))
-        _submit(course, "untouched", lesson, _release(course, lesson))
-
-    # softmax right with its test cell deleted; attend wrong with its test cell stripped
-    # of metadata and replaced by `pass`
-    nb = _release(course, A)
-    set_solution(nb, "l01-softmax-solution", reference_source("softmax"))
-    set_solution(nb, "l01-attend-solution", WRONG_ATTEND)
-    cells = _grade_ids(nb)
-    nb.cells.remove(cells["l01-softmax-check"])
-    cells["l01-attend-check"].metadata.pop("nbgrader")
-    cells["l01-attend-check"].source = "pass"
-    _submit(course, "tests_changed", A, nb)
-
-    # causal_mask wrong with its (still locked) test cell edited to `pass`
-    nb = _release(course, B)
-    set_solution(
-        nb,
-        "l02-causal_mask-solution",
-        "def causal_mask(seq):\n    return np.triu(np.ones((seq, seq), dtype=bool))\n",
-    )
-    set_solution(nb, "l02-padding_mask-solution", reference_source("padding_mask"))
-    set_solution(nb, "l02-causal_mask-check", "pass")
-    _submit(course, "edited", B, nb)
-
-    nb = _release(course, A)
-    set_solution(nb, "l01-softmax-solution", NESTED_SWALLOW_LOOP)
-    set_solution(nb, "l01-attend-solution", reference_source("attend"))
-    _submit(course, "looper", A, nb)
-
-    _submit(course, "corrupt", A, '{"cells": [ this is not json')
-
-    # an exercise in two parts: the solution, the stub, and one part right (the cache
-    # is right, the causal mask is aligned top-left so the output is wrong)
-    _submit(course, "ref", C, nbformat.read(notebooks / f"{C}.ipynb", as_version=4))
-    _submit(course, "untouched", C, _release(course, C))
-    nb = _release(course, C)
-    half = reference_source("decode_step").replace('"bottom_right"', '"top_left"')
-    assert half != reference_source("decode_step")
-    set_solution(nb, "l03-decode_step-solution", half)
-    _submit(course, "half", C, nb)
-
-    for sub in HOSTILE + HONEST:
-        nb = _release(course, A)
-        fill = {"course": str(course), "attnlib": str(ATTNLIB)}
-        set_solution(nb, "l01-softmax-solution", _fill(sub.softmax, fill))
-        set_solution(nb, "l01-attend-solution", _fill(sub.attend, fill))
-        if sub.edit is not None:
-            sub.edit(nb)
-        _submit(course, sub.student, A, nb)
-        folder = course / "submitted" / sub.student / A  # what is handed in beside it
-        for rel, text in sub.files.items():
-            (folder / rel).parent.mkdir(parents=True, exist_ok=True)
-            (folder / rel).write_text(text)
-        for name, target in sub.links.items():
-            (folder / name).symlink_to(_fill(target, fill))
-        for name in sub.fifos:
-            os.mkfifo(folder / name)
-
-
-def _fill(source: str, values: dict) -> str:
-    for k, v in values.items():
-        source = source.replace("{" + k + "}", v)
-    return source
-
-
-# ---- nbgrader's exchange, with two learner identities -----------------------------------
-
-LEARNERS = ("alice", "bob")
-BOB_ATTACK = """import sqlite3
-
-for _p in ('{course}/gradebook.db', '{exchange}/key-vectors/inbound'):
-    try:
-        _db = sqlite3.connect(_p + ('' if _p.endswith('.db') else '/x.db'))
-        _db.execute("UPDATE grade SET manual_score = 0, auto_score = 0")
-        _db.commit()
-        print('WROTE', _p)
-    except Exception as err:
-        print('cannot reach', _p, type(err).__name__)
-
-
-def softmax(x):
-    raise NotImplementedError()
-"""
-
-
-def _exchange(cfg, cls, assignment: str, student: str | None = None, **kw):
-    from nbgrader.auth import Authenticator
-    from nbgrader.coursedir import CourseDirectory
-
-    cd = CourseDirectory(config=cfg)
-    cd.assignment_id = assignment
-    if student is not None:
-        cd.student_id = student
-    app = cls(coursedir=cd, authenticator=Authenticator(config=cfg), config=cfg, **kw)
-    app.start()
-    return app
-
-
-def _exchange_config(course: Path, exchange: Path, who: str = "instructor"):
-    cfg = gradebook.load_config(course)
-    cfg.Exchange.root = str(exchange)
-    cfg.Exchange.cache = str(exchange.parent / "cache" / who)  # each user's own, as on a hub
-    return cfg
-
-
-def _exchange_out(course: Path, exchange: Path, homes: Path) -> None:
-    from nbgrader.exchange.default import (
-        ExchangeCollect,
-        ExchangeFetchAssignment,
-        ExchangeReleaseAssignment,
-        ExchangeSubmit,
-    )
-
-    cfg = _exchange_config(course, exchange)
-    _exchange(cfg, ExchangeReleaseAssignment, A, force=True)
-    for who in LEARNERS:
-        home = homes / who
-        home.mkdir(parents=True)
-        mine = _exchange_config(course, exchange, who)
-        _exchange(mine, ExchangeFetchAssignment, A, who, assignment_dir=str(home))
-        path = home / A / f"{A}.ipynb"
-        nb = nbformat.read(path, as_version=4)
-        if who == "alice":
-            set_solution(nb, "l01-softmax-solution", reference_source("softmax"))
-            set_solution(nb, "l01-attend-solution", reference_source("attend"))
-        else:
-            attack = _fill(BOB_ATTACK, {"course": str(course), "exchange": str(exchange)})
-            set_solution(nb, "l01-softmax-solution", attack)
-        nbformat.write(nb, path)
-        _exchange(mine, ExchangeSubmit, A, who, assignment_dir=str(home))
-    _exchange(cfg, ExchangeCollect, A, update=True)
-
-
-def _exchange_back(course: Path, exchange: Path, homes: Path) -> None:
-    from nbgrader.exchange.default import ExchangeFetchFeedback, ExchangeReleaseFeedback
-
-    cfg = _exchange_config(course, exchange)
-    for who in LEARNERS:  # (the other submissions did not come through the exchange)
-        _exchange(cfg, ExchangeReleaseFeedback, A, who)
-        mine = _exchange_config(course, exchange, who)
-        _exchange(mine, ExchangeFetchFeedback, A, who, assignment_dir=str(homes / who))
-
-
-# ---- the one graded course ----------------------------------------------------------------
-
-
-class Graded:
-    """What the one autograde run produced."""
-
-    def __init__(self, course: Path, notebooks: Path, outcomes, lines, seconds, homes):
-        self.course, self.notebooks, self.homes = course, notebooks, homes
-        self.outcomes = {(o.student, o.assignment): o for o in outcomes}
-        self.lines = lines
-        self.seconds = seconds
-        with open(course / "grades.csv") as fh:
-            self.rows = {(r["student_id"], r["assignment"]): r for r in csv.DictReader(fh)}
-
-    def autograded(self, student: str, lesson: str):
-        path = self.course / "autograded" / student / lesson / f"{lesson}.ipynb"
-        return nbformat.read(path, as_version=4)
-
-    def score(self, student: str, lesson: str = A):
-        row = self.rows[(student, lesson)]
-        return row["score"], row["max_score"], row["status"], row["needs_review"]
-
-
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory) -> Graded:
+def _graded(tmp_path_factory, name: str, **what):
     if NO_SANDBOX is not None:
         pytest.skip(f"no bubblewrap sandbox here: {NO_SANDBOX}")
-    tmp = tmp_path_factory.mktemp("grading")
-    notebooks, course, homes = tmp / "notebooks", tmp / "course", tmp / "homes"
-    phases: dict[str, float] = {}
-    t = time.perf_counter()
-
-    def phase(name: str) -> None:
-        nonlocal t
-        now = time.perf_counter()
-        phases[name] = round(now - t, 1)
-        t = now
-
-    write_fixture_lessons(notebooks)
-    write_fixture_lessons(notebooks, PART_LESSONS)
-    for path in LESSON_PATHS:
-        shutil.copy(path, notebooks / path.name)
-    course.mkdir()
-    names = gradebook.release(course, notebooks)
-    assert names[: len(LESSONS)] == list(LESSONS) or set(LESSONS) <= set(names)
-    phase("release")
-    _scenarios(course, notebooks)
-    for path in LESSON_PATHS:  # the copies: lessons may change while this runs
-        copy = nbformat.read(notebooks / path.name, as_version=4)
-        _submit(course, "instructor", path.stem, copy)
-        _submit(course, "untouched", path.stem, _release(course, path.stem))
-    phase("submissions")
-    _exchange_out(course, tmp / "exchange", homes)
-    phase("exchange out")
-    lines: list[str] = []
-    outcomes = gradebook.autograde(
-        course,
-        notebooks,
-        timeout=TIMEOUT,
-        timeouts=dict.fromkeys(FIXTURES, FIXTURE_TIMEOUT),
-        jobs=JOBS,
-        echo=lines.append,
-    )
-    phase("autograde")
-    seconds = phases["autograde"]
-    print("\n".join(lines))
-    gradebook.feedback(course, echo=lines.append)
-    phase("feedback")
-    _exchange_back(course, tmp / "exchange", homes)
-    phase("exchange back")
-    print("grading fixture phases (s):", phases, "total", round(sum(phases.values()), 1))
-    graded = Graded(course, notebooks, outcomes, lines, seconds, homes)
-    graded.names = names
-    graded.phases = phases
-    return graded
-
-
-# ---- the old scenarios ----------------------------------------------------------------------
-
-
-def test_reference_solutions_score_full_marks(graded):
-    assert graded.score("ref", A) == ("3.0", "3.0", "graded", "no")
-    assert graded.score("ref", B) == ("2.0", "2.0", "graded", "no")
-    assert graded.rows[("ref", A)]["sandbox"] == gradebook.SANDBOXED
-
-
-def test_an_untouched_student_version_scores_zero_and_grading_goes_on(graded):
-    assert graded.score("untouched", A) == ("0.0", "3.0", "graded", "no")
-    assert graded.score("untouched", B) == ("0.0", "2.0", "graded", "no")
-
-
-def test_deleted_and_stripped_test_cells_are_restored_and_graded(graded):
-    # softmax right (its deleted test restored: 1 point), attend wrong (its test,
-    # stripped to a plain `pass` cell, restored: 0 points)
-    assert graded.score("tests_changed", A)[:3] == ("1.0", "3.0", "graded")
-    cells = _grade_ids(graded.autograded("tests_changed", A))
-    for gid in ("l01-softmax-check", "l01-attend-check"):
-        assert "BEGIN HIDDEN TESTS" in cells[gid].source
-    errors = [o for o in cells["l01-attend-check"].outputs if o.output_type == "error"]
-    assert errors and errors[0].ename == "AssertionError"
-    assert "missing from the submission; put back" in graded.rows[("tests_changed", A)]["notes"]
-
-
-def test_an_edited_locked_test_cell_is_restored(graded):
-    assert graded.score("edited", B)[:2] == ("1.0", "2.0")
-    cell = _grade_ids(graded.autograded("edited", B))["l02-causal_mask-check"]
-    assert cell.source.startswith("from attnlib import checks")
-    assert "[causal-inverted]" in "".join(o.get("evalue", "") for o in cell.outputs)
-
-
-def test_an_infinite_loop_that_swallows_interrupts_times_out_and_the_rest_is_graded(graded):
-    score, max_score, status, _ = graded.score("looper", A)
-    assert (score, max_score, status) == ("2.0", "3.0", "graded with problems")
-    notes = graded.rows[("looper", A)]["notes"]
-    assert "l01-softmax-check: timed out" in notes
-    assert "stuck after the timeout (restarted, rest graded)" in notes
-    cell = _grade_ids(graded.autograded("looper", A))["l01-softmax-check"]
-    assert [o.ename for o in cell.outputs if o.output_type == "error"][:1] == ["CellTimeoutError"]
-
-
-def test_a_submission_that_cannot_be_graded_is_reported_not_zeroed(graded):
-    row = graded.rows[("corrupt", A)]
-    assert row["status"] == "NOT GRADED" and row["score"] == "" and row["needs_review"] == "yes"
-    assert any("NOT GRADED" in ln and "corrupt/01_fixture" in ln for ln in graded.lines)
-    # every other submission has its row
-    assert len(graded.outcomes) == sum(r["status"] != "no submission" for r in graded.rows.values())
-
-
-def test_grading_time_and_progress_are_reported(graded):
-    seconds = [o.seconds for o in graded.outcomes.values() if o.status != "NOT GRADED"]
-    assert all(s > 0 for s in seconds)
-    summary = [ln for ln in graded.lines if ln.startswith("graded ") and "worker(s)" in ln]
-    assert summary and f"with {JOBS} worker(s)" in summary[0] and "median" in summary[0]
-    assert any(re.match(r"\[[#.]+\]\s+\d+/\d+ ", ln) for ln in graded.lines)
-    report = json.loads((graded.course / gradebook.REPORT_NAME).read_text())
-    assert report[A]["looper"]["status"] == "graded with problems"
-
-
-def test_an_exercise_in_two_parts_earns_a_point_per_part_judged_by_the_grader(graded):
-    assert graded.score("ref", C) == ("2.0", "2.0", "graded", "no")
-    assert graded.score("untouched", C) == ("0.0", "2.0", "graded", "no")
-    assert graded.score("half", C) == ("1.0", "2.0", "graded", "no")
-    cells = _grade_ids(graded.autograded("half", C))
-    cache, output = cells["l03-decode_step-check"], cells["l03-decode_step-output-check"]
-    assert not [o for o in cache.outputs if o.output_type == "error"]
-    assert "✔ decode_step_cache: correct on all" in json.dumps(cache.outputs, ensure_ascii=False)
-    errors = [o for o in output.outputs if o.output_type == "error"]
-    assert errors and errors[0].evalue.startswith("✘ decode_step_output:")
-    assert "[mask-blocks-past]" in errors[0].evalue  # the visible check names the mistake
-    assert "one part of decode_step" in errors[0].evalue
-    # and the gradebook holds one point per part cell, as nbgrader's formgrader shows it
-    from nbgrader.api import Gradebook
-
-    with Gradebook(f"sqlite:///{graded.course / 'gradebook.db'}") as gb:
-        nb = gb.find_submission_notebook(C, C, "half")
-        points = {g.name: (g.auto_score, g.max_score) for g in nb.grades}
-    assert points == {
-        "l03-decode_step-check": (1.0, 1.0),
-        "l03-decode_step-output-check": (0.0, 1.0),
-    }
-
-
-# ---- hostile and honest submissions (tests/hostile.py) -------------------------------------
-
-
-@pytest.mark.parametrize("sub", HOSTILE, ids=[s.student for s in HOSTILE])
-def test_a_hostile_submission_earns_nothing_and_is_flagged(graded, sub):
-    row = graded.rows[(sub.student, A)]
-    assert row["status"] == sub.status, (sub.what, row)
-    assert row["score"] == "" and row["raw_score"] == "", row  # never a number
-    assert row["needs_review"] == "yes"
-    for needle in sub.notes:
-        assert needle in row["notes"], (sub.what, needle, row["notes"])
-    if sub.auto is not None:  # the autograder's own number, kept for the reviewer
-        report = json.loads((graded.course / gradebook.REPORT_NAME).read_text())
-        assert report[A][sub.student]["auto_score"] == sub.auto, (sub.what, row["notes"])
-
-
-def test_no_output_a_browser_would_run_reaches_staff_or_learners(graded):
-    nb = graded.autograded("h34_script", A)
-    kinds = {k for c in nb.cells for o in c.get("outputs", []) for k in o.get("data", {})}
-    assert kinds <= {"text/plain", "image/png", "image/jpeg"}, kinds
-    html = (graded.course / "feedback" / "h34_script" / A / f"{A}.html").read_text()
-    assert "<script>document.title" not in html and "<b>ready</b>" not in html
-
-
-@pytest.mark.parametrize("sub", HONEST, ids=[s.student for s in HONEST])
-def test_an_honest_submission_keeps_its_points_unflagged(graded, sub):
-    row = graded.rows[(sub.student, A)]
-    assert (row["score"], row["status"], row["needs_review"]) == (
-        f"{float(sub.points)}",
-        "graded",
-        "no",
-    ), row["notes"]
-
-
-def test_a_number_shown_by_a_check_cell_is_not_read_as_a_score(graded):
-    # nbgrader reads a test cell's result as partial credit (and stops there, before the
-    # grader's error): the result is shown as plain output, so the score kept for the
-    # reviewer is the grader's, 0
-    report = json.loads((graded.course / gradebook.REPORT_NAME).read_text())
-    assert report[A]["h21_result_as_score"]["auto_score"] == 0.0
-    cells = _grade_ids(graded.autograded("h21_result_as_score", A))
-    outs = cells["l01-softmax-check"].outputs
-    assert [o.output_type for o in outs] == ["display_data", "error"]
-
-
-def test_nothing_printed_during_hidden_cases_reaches_the_feedback(graded):
-    html = (graded.course / "feedback" / "ok_magic_and_prints" / A / f"{A}.html").read_text()
-    assert "SHAPE-LEAK (3, 5)" in html  # a visible case: the learner may see it
-    for hidden_shape in ("(5, 3)", "(3, 2, 7)", "(4, 6)"):  # softmax's hidden cases
-        assert f"SHAPE-LEAK {hidden_shape}" not in html
-
-
-def test_the_sandbox_kept_the_kernel_away_from_the_course_and_the_network(graded):
-    text = json.dumps(graded.autograded("h19_escape", A).cells[3].outputs)
-    assert f"{graded.course}/gradebook.db False" in text
-    assert f"{graded.course}/submitted False" in text
-    assert "no network:" in text and "read-only:" in text
-
-
-def test_no_kernel_can_plant_bytecode_for_the_next_one(graded):
-    text = json.dumps(graded.autograded("h11_bytecode", A).cells[3].outputs)
-    assert "could not plant" in text and "PLANTED" not in text
-    # autograde rebuilt this bytecode from the real source before grading; it is not the fake
-    assert not PLANTED.exists() or b"_REGISTRY" in PLANTED.read_bytes()
-    # and the learners graded after it kept their points
-    assert graded.score("ok_reference")[0] == "3.0"
-
-
-# ---- two learners through nbgrader's exchange ------------------------------------------------
-
-
-def test_the_exchange_flow_grades_each_learner_and_returns_their_feedback(graded):
-    assert graded.score("alice") == ("3.0", "3.0", "graded", "no")
-    for who in LEARNERS:
-        fetched = list((graded.homes / who / A / "feedback").rglob(f"{A}.html"))
-        assert len(fetched) == 1, who
-    alice_fb = next((graded.homes / "alice" / A / "feedback").rglob(f"{A}.html")).read_text()
-    assert "check_hidden" not in alice_fb and "HIDDEN TESTS" not in alice_fb
-
-
-def test_one_learner_cannot_change_another_learners_grade(graded):
-    from nbgrader.api import Gradebook
-
-    bob = graded.rows[("bob", A)]
-    assert bob["status"] == "FLAGGED" and "imports sqlite3" in bob["notes"]
-    text = json.dumps(graded.autograded("bob", A).cells[3].outputs)
-    assert "WROTE" not in text and text.count("cannot reach") == 2
-    with Gradebook(f"sqlite:///{graded.course / 'gradebook.db'}") as gb:
-        sub = gb.find_submission(A, "alice")
-        assert sub.score == 3.0
-        for nb in sub.notebooks:
-            assert all(g.manual_score is None for g in nb.grades)
-
-
-# ---- nothing secret in what learners get back ------------------------------------------------
+    return grade(tmp_path_factory.mktemp(name), **what)
 
 
 def _leaks(text: str, lines: list[str]) -> list[str]:
     return [ln for ln in lines if ln in text]
 
 
-def test_releases_contain_no_solutions_and_no_hidden_tests(graded):
-    for lesson in FIXTURES:
+class EveryCourse:
+    """What every graded course must satisfy, whatever was handed in."""
+
+    def test_feedback_contains_no_hidden_tests(self, graded):
+        files = sorted((graded.course / "feedback").rglob("*.html"))
+        done = [k for k, o in graded.outcomes.items() if o.status != "NOT GRADED"]
+        assert len(files) == len(done)
+        for path in files:
+            text = path.read_text()
+            lesson = path.parent.name
+            src = nbformat.read(graded.notebooks / f"{lesson}.ipynb", as_version=4)
+            assert "HIDDEN TESTS" not in text, path
+            assert _leaks(text, hidden_lines(src)) == [], path
+            if path.parts[-3] == "untouched":
+                assert _leaks(text, solution_lines(src)) == [], path
+
+    def test_course_csv_export_plugin(self, graded, monkeypatch, tmp_path):
+        from nbgrader.api import Gradebook
+
+        monkeypatch.chdir(graded.course)
+        plugin = gradebook.CourseCsvExport(to=str(tmp_path / "g.csv"))
+        with Gradebook(f"sqlite:///{graded.course / 'gradebook.db'}") as gb:
+            plugin.export(gb)
+        with open(tmp_path / "g.csv") as fh:
+            rows = {(r["student_id"], r["assignment"]): r for r in csv.DictReader(fh)}
+        assert rows == graded.rows
+
+
+class TestHostileAndHonest(EveryCourse):
+    """tests/hostile.py on the first fixture lesson, graded two at a time."""
+
+    @pytest.fixture(scope="class")
+    def graded(self, tmp_path_factory):
+        return _graded(tmp_path_factory, "hostile", hostile=True, jobs=2)
+
+    @pytest.mark.parametrize("sub", HOSTILE, ids=[s.student for s in HOSTILE])
+    def test_a_hostile_submission_earns_nothing_and_is_flagged(self, graded, sub):
+        row = graded.rows[(sub.student, A)]
+        assert row["status"] == sub.status, (sub.what, row)
+        assert row["score"] == "" and row["raw_score"] == "", row  # never a number
+        assert row["needs_review"] == "yes"
+        for needle in sub.notes:
+            assert needle in row["notes"], (sub.what, needle, row["notes"])
+        if sub.auto is not None:  # the autograder's own number, kept for the reviewer
+            report = json.loads((graded.course / gradebook.REPORT_NAME).read_text())
+            assert report[A][sub.student]["auto_score"] == sub.auto, (sub.what, row["notes"])
+
+    def test_no_output_a_browser_would_run_reaches_staff_or_learners(self, graded):
+        nb = graded.autograded("h34_script", A)
+        kinds = {k for c in nb.cells for o in c.get("outputs", []) for k in o.get("data", {})}
+        assert kinds <= {"text/plain", "image/png", "image/jpeg"}, kinds
+        html = (graded.course / "feedback" / "h34_script" / A / f"{A}.html").read_text()
+        assert "<script>document.title" not in html and "<b>ready</b>" not in html
+
+    @pytest.mark.parametrize("sub", HONEST, ids=[s.student for s in HONEST])
+    def test_an_honest_submission_keeps_its_points_unflagged(self, graded, sub):
+        row = graded.rows[(sub.student, A)]
+        assert (row["score"], row["status"], row["needs_review"]) == (
+            f"{float(sub.points)}",
+            "graded",
+            "no",
+        ), row["notes"]
+
+    def test_a_number_shown_by_a_check_cell_is_not_read_as_a_score(self, graded):
+        # nbgrader reads a test cell's result as partial credit (and stops there, before the
+        # grader's error): the result is shown as plain output, so the score kept for the
+        # reviewer is the grader's, 0
+        report = json.loads((graded.course / gradebook.REPORT_NAME).read_text())
+        assert report[A]["h21_result_as_score"]["auto_score"] == 0.0
+        cells = grade_ids(graded.autograded("h21_result_as_score", A))
+        outs = cells["l01-softmax-check"].outputs
+        assert [o.output_type for o in outs] == ["display_data", "error"]
+
+    def test_nothing_printed_during_hidden_cases_reaches_the_feedback(self, graded):
+        html = (graded.course / "feedback" / "ok_magic_and_prints" / A / f"{A}.html").read_text()
+        assert "SHAPE-LEAK (3, 5)" in html  # a visible case: the learner may see it
+        for hidden_shape in ("(5, 3)", "(3, 2, 7)", "(4, 6)"):  # softmax's hidden cases
+            assert f"SHAPE-LEAK {hidden_shape}" not in html
+
+    def test_the_sandbox_kept_the_kernel_away_from_the_course_and_the_network(self, graded):
+        text = json.dumps(graded.autograded("h19_escape", A).cells[3].outputs)
+        assert f"{graded.course}/gradebook.db False" in text
+        assert f"{graded.course}/submitted False" in text
+        assert "no network:" in text and "read-only:" in text
+
+    def test_no_kernel_can_plant_bytecode_for_the_next_one(self, graded):
+        text = json.dumps(graded.autograded("h11_bytecode", A).cells[3].outputs)
+        assert "could not plant" in text and "PLANTED" not in text
+        # autograde rebuilt this bytecode from the real source before grading; it is not the fake
+        assert not PLANTED.exists() or b"_REGISTRY" in PLANTED.read_bytes()
+        # and the learners graded after it kept their points
+        assert graded.score("ok_reference")[0] == "3.0"
+
+    def test_a_failed_check_shows_its_message_and_a_hidden_one_not_its_source(self, graded):
+        ref = (graded.course / "feedback" / "h01_reference" / A / f"{A}.html").read_text()
+        assert "calls the course&#39;s reference" in ref or "calls the course's reference" in ref
+        patcher = (graded.course / "feedback" / "h03_patch_testing" / A / f"{A}.html").read_text()
+        assert TAMPER_TAG in patcher
+
+
+class _LessonShard(EveryCourse):
+    """Every ``SHARDS``-th graded lesson of notebooks/ from ``shard`` on: its instructor
+    version and its untouched release."""
+
+    shard = 0
+
+    @classmethod
+    def lessons(cls):
+        return LESSON_PATHS[cls.shard :: SHARDS]
+
+    @pytest.fixture(scope="class")
+    def graded(self, tmp_path_factory):
+        return _graded(tmp_path_factory, f"lessons{self.shard}", lessons=self.lessons())
+
+    def test_every_lesson_grades_full_marks_for_its_solution_and_zero_untouched(
+        self, graded, lesson
+    ):
+        score, max_score, status, review = graded.score("instructor", lesson)
+        assert float(max_score) > 0
+        assert (score, status, review) == (max_score, "graded", "no"), graded.rows[
+            ("instructor", lesson)
+        ]["notes"]
+        assert graded.score("untouched", lesson)[:3] == ("0.0", max_score, "graded")
+
+    def test_every_release_and_feedback_keeps_solutions_and_hidden_tests_secret(
+        self, graded, lesson
+    ):
         src = nbformat.read(graded.notebooks / f"{lesson}.ipynb", as_version=4)
-        text = (graded.course / "release" / lesson / f"{lesson}.ipynb").read_text()
-        assert _leaks(text, solution_lines(src)) == []
-        assert _leaks(text, hidden_lines(src)) == []
-        assert "HIDDEN TESTS" not in text
+        outside = re.sub(
+            r"### BEGIN SOLUTION\n.*?### END SOLUTION",
+            "",
+            "\n".join(c.source for c in src.cells),
+            flags=re.S,
+        )
+        secret = [ln for ln in solution_lines(src) if ln not in outside]
+        for path in (
+            graded.course / "release" / lesson / f"{lesson}.ipynb",
+            graded.course / "feedback" / "untouched" / lesson / f"{lesson}.html",
+        ):
+            text = path.read_text()
+            assert _leaks(text, secret) == [], path
+            assert _leaks(text, hidden_lines(src)) == [], path
+            assert "HIDDEN TESTS" not in text, path
+        instructor_fb = graded.course / "feedback" / "instructor" / lesson / f"{lesson}.html"
+        assert "check_hidden" not in instructor_fb.read_text()
 
 
-def test_feedback_contains_no_hidden_tests(graded):
-    files = sorted((graded.course / "feedback").rglob("*.html"))
-    done = [k for k, o in graded.outcomes.items() if o.status != "NOT GRADED"]
-    assert len(files) == len(done)
-    for path in files:
-        text = path.read_text()
-        lesson = path.parent.name
-        src = nbformat.read(graded.notebooks / f"{lesson}.ipynb", as_version=4)
-        assert "HIDDEN TESTS" not in text, path
-        assert _leaks(text, hidden_lines(src)) == [], path
-        if path.parts[-3] == "untouched":
-            assert _leaks(text, solution_lines(src)) == [], path
-    # a failed test shows its message; a failed hidden test not its source
-    ref = (graded.course / "feedback" / "h01_reference" / A / f"{A}.html").read_text()
-    assert "calls the course&#39;s reference" in ref or "calls the course's reference" in ref
-    patcher = (graded.course / "feedback" / "h03_patch_testing" / A / f"{A}.html").read_text()
-    assert TAMPER_TAG in patcher
+class TestLessonShard0(_LessonShard):
+    shard = 0
 
 
-def test_course_csv_export_plugin(graded, monkeypatch, tmp_path):
-    from nbgrader.api import Gradebook
+class TestLessonShard1(_LessonShard):
+    shard = 1
 
-    monkeypatch.chdir(graded.course)
-    plugin = gradebook.CourseCsvExport(to=str(tmp_path / "g.csv"))
-    with Gradebook(f"sqlite:///{graded.course / 'gradebook.db'}") as gb:
-        plugin.export(gb)
-    with open(tmp_path / "g.csv") as fh:
-        rows = {(r["student_id"], r["assignment"]): r for r in csv.DictReader(fh)}
-    assert rows == graded.rows
+
+class TestLessonShard2(_LessonShard):
+    shard = 2
+
+
+def pytest_generate_tests(metafunc):
+    """Each lesson shard's tests run once per lesson of that shard."""
+    if "lesson" in metafunc.fixturenames:
+        lessons = metafunc.cls.lessons()
+        metafunc.parametrize("lesson", [p.stem for p in lessons], ids=[p.stem for p in lessons])
+
+
+class TestScenarios(EveryCourse):
+    """The three fixture lessons: the old scenarios, and two learners through nbgrader's
+    exchange."""
+
+    @pytest.fixture(scope="class")
+    def graded(self, tmp_path_factory):
+        return _graded(tmp_path_factory, "scenarios", scenarios=True)
+
+    def test_reference_solutions_score_full_marks(self, graded):
+        assert graded.score("ref", A) == ("3.0", "3.0", "graded", "no")
+        assert graded.score("ref", B) == ("2.0", "2.0", "graded", "no")
+        assert graded.rows[("ref", A)]["sandbox"] == gradebook.SANDBOXED
+
+    def test_an_untouched_student_version_scores_zero_and_grading_goes_on(self, graded):
+        assert graded.score("untouched", A) == ("0.0", "3.0", "graded", "no")
+        assert graded.score("untouched", B) == ("0.0", "2.0", "graded", "no")
+
+    def test_deleted_and_stripped_test_cells_are_restored_and_graded(self, graded):
+        # softmax right (its deleted test restored: 1 point), attend wrong (its test,
+        # stripped to a plain `pass` cell, restored: 0 points)
+        assert graded.score("tests_changed", A)[:3] == ("1.0", "3.0", "graded")
+        cells = grade_ids(graded.autograded("tests_changed", A))
+        for gid in ("l01-softmax-check", "l01-attend-check"):
+            assert "BEGIN HIDDEN TESTS" in cells[gid].source
+        errors = [o for o in cells["l01-attend-check"].outputs if o.output_type == "error"]
+        assert errors and errors[0].ename == "AssertionError"
+        assert "missing from the submission; put back" in graded.rows[("tests_changed", A)]["notes"]
+
+    def test_an_edited_locked_test_cell_is_restored(self, graded):
+        assert graded.score("edited", B)[:2] == ("1.0", "2.0")
+        cell = grade_ids(graded.autograded("edited", B))["l02-causal_mask-check"]
+        assert cell.source.startswith("from attnlib import checks")
+        assert "[causal-inverted]" in "".join(o.get("evalue", "") for o in cell.outputs)
+
+    def test_an_infinite_loop_that_swallows_interrupts_times_out_and_the_rest_is_graded(
+        self, graded
+    ):
+        score, max_score, status, _ = graded.score("looper", A)
+        assert (score, max_score, status) == ("2.0", "3.0", "graded with problems")
+        notes = graded.rows[("looper", A)]["notes"]
+        assert "l01-softmax-check: timed out" in notes
+        assert "stuck after the timeout (restarted, rest graded)" in notes
+        cell = grade_ids(graded.autograded("looper", A))["l01-softmax-check"]
+        assert [o.ename for o in cell.outputs if o.output_type == "error"][:1] == [
+            "CellTimeoutError"
+        ]
+
+    def test_a_submission_that_cannot_be_graded_is_reported_not_zeroed(self, graded):
+        row = graded.rows[("corrupt", A)]
+        assert row["status"] == "NOT GRADED" and row["score"] == "" and row["needs_review"] == "yes"
+        assert any("NOT GRADED" in ln and "corrupt/01_fixture" in ln for ln in graded.lines)
+        # every other submission has its row
+        assert len(graded.outcomes) == sum(
+            r["status"] != "no submission" for r in graded.rows.values()
+        )
+
+    def test_grading_time_and_progress_are_reported(self, graded):
+        seconds = [o.seconds for o in graded.outcomes.values() if o.status != "NOT GRADED"]
+        assert all(s > 0 for s in seconds)
+        summary = [ln for ln in graded.lines if ln.startswith("graded ") and "worker(s)" in ln]
+        assert summary and f"with {graded.jobs} worker(s)" in summary[0] and "median" in summary[0]
+        assert any(re.match(r"\[[#.]+\]\s+\d+/\d+ ", ln) for ln in graded.lines)
+        report = json.loads((graded.course / gradebook.REPORT_NAME).read_text())
+        assert report[A]["looper"]["status"] == "graded with problems"
+
+    def test_an_exercise_in_two_parts_earns_a_point_per_part_judged_by_the_grader(self, graded):
+        assert graded.score("ref", C) == ("2.0", "2.0", "graded", "no")
+        assert graded.score("untouched", C) == ("0.0", "2.0", "graded", "no")
+        assert graded.score("half", C) == ("1.0", "2.0", "graded", "no")
+        cells = grade_ids(graded.autograded("half", C))
+        cache, output = cells["l03-decode_step-check"], cells["l03-decode_step-output-check"]
+        assert not [o for o in cache.outputs if o.output_type == "error"]
+        assert "✔ decode_step_cache: correct on all" in json.dumps(
+            cache.outputs, ensure_ascii=False
+        )
+        errors = [o for o in output.outputs if o.output_type == "error"]
+        assert errors and errors[0].evalue.startswith("✘ decode_step_output:")
+        assert "[mask-blocks-past]" in errors[0].evalue  # the visible check names the mistake
+        assert "one part of decode_step" in errors[0].evalue
+        # and the gradebook holds one point per part cell, as nbgrader's formgrader shows it
+        from nbgrader.api import Gradebook
+
+        with Gradebook(f"sqlite:///{graded.course / 'gradebook.db'}") as gb:
+            nb = gb.find_submission_notebook(C, C, "half")
+            points = {g.name: (g.auto_score, g.max_score) for g in nb.grades}
+        assert points == {
+            "l03-decode_step-check": (1.0, 1.0),
+            "l03-decode_step-output-check": (0.0, 1.0),
+        }
+
+    def test_the_exchange_flow_grades_each_learner_and_returns_their_feedback(self, graded):
+        assert graded.score("alice") == ("3.0", "3.0", "graded", "no")
+        for who in LEARNERS:
+            fetched = list((graded.homes / who / A / "feedback").rglob(f"{A}.html"))
+            assert len(fetched) == 1, who
+        alice_fb = next((graded.homes / "alice" / A / "feedback").rglob(f"{A}.html")).read_text()
+        assert "check_hidden" not in alice_fb and "HIDDEN TESTS" not in alice_fb
+
+    def test_one_learner_cannot_change_another_learners_grade(self, graded):
+        from nbgrader.api import Gradebook
+
+        bob = graded.rows[("bob", A)]
+        assert bob["status"] == "FLAGGED" and "imports sqlite3" in bob["notes"]
+        text = json.dumps(graded.autograded("bob", A).cells[3].outputs)
+        assert "WROTE" not in text and text.count("cannot reach") == 2
+        with Gradebook(f"sqlite:///{graded.course / 'gradebook.db'}") as gb:
+            sub = gb.find_submission(A, "alice")
+            assert sub.score == 3.0
+            for nb in sub.notebooks:
+                assert all(g.manual_score is None for g in nb.grades)
+
+    def test_releases_contain_no_solutions_and_no_hidden_tests(self, graded):
+        for lesson in FIXTURES:
+            src = nbformat.read(graded.notebooks / f"{lesson}.ipynb", as_version=4)
+            text = (graded.course / "release" / lesson / f"{lesson}.ipynb").read_text()
+            assert _leaks(text, solution_lines(src)) == []
+            assert _leaks(text, hidden_lines(src)) == []
+            assert "HIDDEN TESTS" not in text
+
+
+# ---- module-level: nbgrader validate, and the pieces on their own -----------------------------
 
 
 def test_validate_source_lessons_and_invert_on_releases(tmp_path):
@@ -566,44 +360,7 @@ def test_validate_source_lessons_and_invert_on_releases(tmp_path):
     assert sum(ln.startswith("ok: nbgrader validate --invert /") for ln in lines) == len(LESSONS)
 
 
-# ---- every graded lesson in notebooks/ ---------------------------------------------------------
-
-
-@pytest.mark.parametrize("lesson", [p.stem for p in LESSON_PATHS])
-def test_every_lesson_grades_full_marks_for_its_solution_and_zero_untouched(graded, lesson):
-    score, max_score, status, review = graded.score("instructor", lesson)
-    assert float(max_score) > 0
-    assert (score, status, review) == (max_score, "graded", "no"), graded.rows[
-        ("instructor", lesson)
-    ]["notes"]
-    assert graded.score("untouched", lesson)[:3] == ("0.0", max_score, "graded")
-
-
-@pytest.mark.parametrize("lesson", [p.stem for p in LESSON_PATHS])
-def test_every_release_and_feedback_keeps_solutions_and_hidden_tests_secret(graded, lesson):
-    src = nbformat.read(graded.notebooks / f"{lesson}.ipynb", as_version=4)
-    outside = re.sub(
-        r"### BEGIN SOLUTION\n.*?### END SOLUTION",
-        "",
-        "\n".join(c.source for c in src.cells),
-        flags=re.S,
-    )
-    secret = [ln for ln in solution_lines(src) if ln not in outside]
-    for path in (
-        graded.course / "release" / lesson / f"{lesson}.ipynb",
-        graded.course / "feedback" / "untouched" / lesson / f"{lesson}.html",
-    ):
-        text = path.read_text()
-        assert _leaks(text, secret) == [], path
-        assert _leaks(text, hidden_lines(src)) == [], path
-        assert "HIDDEN TESTS" not in text, path
-    instructor_fb = graded.course / "feedback" / "instructor" / lesson / f"{lesson}.html"
-    assert "check_hidden" not in instructor_fb.read_text()
-
-
-# ----------------------------------------------------------------------------------------
-# The preprocessors on their own
-# ----------------------------------------------------------------------------------------
+# ---- the preprocessors and the audit on their own ------------------------------------------
 
 
 def _test_cell(source, outputs):
