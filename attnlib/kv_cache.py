@@ -309,6 +309,8 @@ def kv_cache_bytes(
     d_rope: int = 0,
     n_kv_layers: int | None = None,
     d_index: int = 0,
+    index_dtype: torch.dtype | None = None,
+    index_block: int | None = None,
 ) -> int:
     """Memory of a KV cache: ``batch · bytes · numbers per token · positions kept, over layers``.
 
@@ -350,6 +352,12 @@ def kv_cache_bytes(
         Layers that store their own keys and values; default ``n_layers``.
     d_index : int, default 0
         Width of the indexer key of top-k selection, cached per token and layer.
+    index_dtype : torch.dtype, optional
+        Element type of the indexer key; default ``dtype``. DeepSeek-V3.2-Exp stores it in
+        FP8 (``torch.float8_e4m3fn``, 1 byte a number).
+    index_block : int, optional
+        With a quantised indexer key: one float32 scale is stored per ``index_block``
+        numbers (128 in DeepSeek-V3.2-Exp, so 128 + 4 = 132 bytes a token and layer).
 
     Returns
     -------
@@ -374,7 +382,7 @@ def kv_cache_bytes(
             )
         d_latent = check_int(fn, "d_latent", d_latent, minimum=0)
         per_token = d_latent + check_int(fn, "d_rope", d_rope, minimum=0)
-    per_token += check_int(fn, "d_index", d_index, minimum=0)
+    d_index = check_int(fn, "d_index", d_index, minimum=0)
     storing = n_layers if n_kv_layers is None else check_int(fn, "n_kv_layers", n_kv_layers)
     if not 0 <= storing <= n_layers:
         raise ValueError(f"{fn}: n_kv_layers={storing} must be in 0..n_layers={n_layers}")
@@ -393,7 +401,14 @@ def kv_cache_bytes(
             )
     positions = (storing - local) * seq + local * kept  # summed over the storing layers
     itemsize = torch.empty((), dtype=dtype).element_size()
-    return batch * itemsize * per_token * positions
+    index_item = (
+        itemsize if index_dtype is None else torch.empty((), dtype=index_dtype).element_size()
+    )
+    index_bytes = d_index * index_item  # the indexer key of one token and layer
+    if index_block is not None:
+        index_block = check_int(fn, "index_block", index_block, minimum=1)
+        index_bytes += -(-d_index // index_block) * 4  # one float32 scale per block
+    return batch * (itemsize * per_token + index_bytes) * positions
 
 
 class PublishedConfig(NamedTuple):
@@ -410,6 +425,8 @@ class PublishedConfig(NamedTuple):
     d_latent: int | None = None
     d_rope: int = 0
     d_index: int = 0
+    index_dtype: torch.dtype | None = None  # storage of the indexer key (default: the cache's)
+    index_block: int | None = None  # numbers per float32 scale of a quantised indexer key
     source: str = ""
 
     def cache_bytes(self, seq: int | None = None, *, batch: int = 1, dtype=torch.bfloat16) -> int:
@@ -427,6 +444,8 @@ class PublishedConfig(NamedTuple):
             d_latent=self.d_latent,
             d_rope=self.d_rope,
             d_index=self.d_index,
+            index_dtype=self.index_dtype,
+            index_block=self.index_block,
         )
 
 
@@ -495,16 +514,17 @@ PUBLISHED_CONFIGS: dict[str, PublishedConfig] = {
     # DeepSeek-AI 2025, DeepSeek-V3.2-Exp: DeepSeek-V3's attention plus a lightning indexer
     # whose key (index_head_dim 128 in config.json; 64 index heads) is cached per token and
     # layer; each query token then attends to its top 2048 keys (index_topk). (The release's
-    # inference/model.py stores the indexer keys in FP8 with one float32 scale per 128
-    # numbers, 132 bytes a token and layer; the formula counts them at the cache's dtype,
-    # 256 bytes in bfloat16, an upper bound.)
+    # inference/model.py stores the indexer keys in FP8 (float8_e4m3fn) with one float32
+    # scale per 128 numbers: 132 bytes a token and layer, counted so here.)
     "DeepSeek-V3.2-Exp": PublishedConfig(
         61,
         131072,
         d_latent=512,
         d_rope=64,
         d_index=128,
-        source="DeepSeek-AI 2025, DeepSeek-V3.2-Exp; config.json",
+        index_dtype=torch.float8_e4m3fn,
+        index_block=128,
+        source="DeepSeek-AI 2025, DeepSeek-V3.2-Exp; config.json, inference/model.py",
     ),
 }
 
