@@ -10,8 +10,10 @@ type per kind of mistake, everywhere in attnlib:
   dims, a mask that does not broadcast, an unknown option).
 
 Every check takes ``fn``, the public name the caller was called by (``"attend"``,
-``"KVCache.append"``), first; the checks of one value return it (converted where they say
-so), so that callers write ``n = check_int(fn, "n", n, minimum=1)``. :func:`type_name` (from
+``"KVCache.append"``), first — except :func:`check_bool_mask`, which is public (lessons
+call it) and takes the mask first and ``fn`` by keyword; the checks of one value return it
+(converted where they say so), so that callers write ``n = check_int(fn, "n", n,
+minimum=1)``. :func:`type_name` (from
 :mod:`attnlib._backend`, re-exported here) is how every message names a type.
 
 **Validation once per public call.** A public function that checks its input is decorated
@@ -362,21 +364,59 @@ def normalise_axis(fn: str, axis, ndim: int) -> int:
 # ----------------------------------------------------------------------------------------
 
 _MASK_HINT = "use mask.bool() / mask.astype(bool) if 1 means 'may attend'"
+_ADDITIVE_HINT = (
+    "torch's float masks are additive (0 keeps, -inf blocks): build a bool mask, e.g. "
+    "mask == 1 if 1 meant 'may attend'"
+)
 
 
 def check_bool_mask(
-    fn: str,
-    name: str,
     mask: Any,
+    name: str = "mask",
     *,
-    meaning: str | None = "True = may attend",
-    hint: str = _MASK_HINT,
+    fn: str = "check_bool_mask",
+    meaning: str | None = None,
+    hint: str = _ADDITIVE_HINT,
 ):
-    """``mask`` if it is a boolean numpy array or torch tensor; a ``TypeError`` otherwise.
+    """Return ``mask`` unchanged if it is a boolean array or tensor; refuse anything else.
 
-    A float or int mask is refused because torch would *add* it to the scores: a 0/1 mask
-    shifts some scores by 1 and blocks nothing. ``meaning`` (shown in the message) says
-    which convention the argument follows; ``hint`` how to fix the mask.
+    The one mask check of attnlib, public as :func:`attnlib.mask_conventions.check_bool_mask`.
+    Unlike the other checks here it takes the mask first and ``fn`` by keyword, the way a
+    lesson calls it: ``check_bool_mask(float_mask, "float_mask")``.
+
+    A float or int mask is refused because torch would *add* it to the scores: a 0/1 float
+    mask shifts some scores by 1 and blocks nothing.
+
+    Parameters
+    ----------
+    mask : bool ndarray or Tensor
+    name : str, default "mask"
+        The argument's name, for the error message.
+    fn : str, default "check_bool_mask"
+        The public name the caller was called by, for the error message.
+    meaning : str, optional
+        The convention the argument follows, shown in the message (``"True = may
+        attend"``); None says none (a function that handles both conventions).
+    hint : str
+        How to fix the mask, shown in the message.
+
+    Returns
+    -------
+    mask : the same object
+
+    Raises
+    ------
+    TypeError
+        If ``mask`` is not an array or tensor, or its dtype is not bool.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> check_bool_mask(np.array([[True, False]])).dtype
+    dtype('bool')
+    >>> check_bool_mask(np.ones((1, 2)), "keep")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    TypeError: check_bool_mask: keep (numpy.ndarray, shape (1, 2), float64) must be boolean. ...
     """
     said = f" ({meaning})" if meaning else ""
     if not (B.is_torch(mask) or B.is_numpy(mask)):
@@ -397,7 +437,7 @@ def check_mask(fn: str, mask: Any, like: Any, target: tuple, target_name: str):
     ``target``, the shape of the ``target_name`` it masks."""
     if mask is None:
         return None
-    check_bool_mask(fn, "mask", mask)
+    check_bool_mask(mask, fn=fn, meaning="True = may attend", hint=_MASK_HINT)
     if B.is_torch(mask) != B.is_torch(like):
         helper = "torch.as_tensor(mask)" if B.is_torch(like) else "mask.numpy()"
         raise TypeError(

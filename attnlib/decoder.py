@@ -16,7 +16,6 @@ from typing import NamedTuple
 import torch
 from torch import nn
 from torch.nn import functional as F
-from torch.nn.attention.bias import causal_lower_right
 
 from attnlib import _backend as B
 from attnlib._validate import (
@@ -32,6 +31,7 @@ from attnlib._validate import (
 from attnlib.heads import merge_heads, split_heads
 from attnlib.kv_cache import KVCache, RollingKVCache, grouped_attend, kv_cache_bytes
 from attnlib.latent import LatentAttention, LatentCache
+from attnlib.masks import causal_mask
 from attnlib.windows import sliding_window_mask
 
 __all__ = ["CausalSelfAttention", "TinyDecoder", "Generation", "generate"]
@@ -45,13 +45,15 @@ __all__ = ["CausalSelfAttention", "TinyDecoder", "Generation", "generate"]
 def _sdpa_causal(q, k, v, mask=None):
     """Causal attention of the last seq_q positions over seq_k keys, via torch's SDPA.
 
-    torch's lower-right causal bias is ``causal_mask(seq_q, seq_k, align="bottom_right")``
-    (with seq_q == seq_k, SDPA's ordinary ``is_causal``). A boolean ``mask`` (seq_q, seq_k),
-    already causal (the sliding-window band), replaces it.
+    The mask is attnlib's ``causal_mask(seq_q, seq_k, align="bottom_right")`` (the new
+    queries are the last seq_q positions; with seq_q == seq_k it is SDPA's ``is_causal``).
+    A boolean ``mask`` (seq_q, seq_k), already causal (the sliding-window band), replaces it.
+    Both are True = may attend, the convention of SDPA's boolean ``attn_mask``.
     """
-    bias = causal_lower_right(q.shape[2], k.shape[2]) if mask is None else mask  # (seq_q, seq_k)
+    if mask is None:
+        mask = causal_mask(q.shape[2], k.shape[2], align="bottom_right", like=q)  # (seq_q, seq_k)
     gqa = q.shape[1] != k.shape[1]  # fewer key/value heads than query heads
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, enable_gqa=gqa)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
 
 
 def _check_cache(fn: str, name: str, cache, batch: int, n_kv_heads: int, d_k: int, dtype) -> None:
@@ -76,7 +78,7 @@ class CausalSelfAttention(nn.Module):
 
     Lesson 14 adds two options. ``window``: each query sees only the last ``window``
     positions (:func:`attnlib.windows.sliding_window_mask`), and a
-    :class:`attnlib.windows.RollingKVCache` is enough. ``own_kv=False``: the layer has no
+    :class:`attnlib.kv_cache.RollingKVCache` is enough. ``own_kv=False``: the layer has no
     ``W_k``/``W_v`` (both None) and attends with the keys and values of an earlier layer,
     passed as ``kv`` (cross-layer KV sharing).
     """
@@ -134,7 +136,8 @@ class CausalSelfAttention(nn.Module):
                 shapes = [tuple(t.shape) if isinstance(t, torch.Tensor) else t for t in pair]
                 raise ValueError(
                     f"{fn}: kv must be a pair (k, v) of {dtype} tensors (batch, n_kv_heads, seq_k,"
-                    f" d_k) = ({x.shape[0]}, {self.n_kv_heads}, seq_k, {self.d_head}), got {shapes}"
+                    f" d_head) = ({x.shape[0]}, {self.n_kv_heads}, seq_k, {self.d_head}), got "
+                    f"{shapes}"
                 )
         _check_cache(fn, "cache", cache, x.shape[0], self.n_kv_heads, self.d_head, dtype)
 
@@ -143,7 +146,7 @@ class CausalSelfAttention(nn.Module):
         """x : Tensor of shape (batch, seq_new, d_model) -> (batch, seq_new, d_model).
 
         Without a cache, x is the whole sequence. With one (a :class:`KVCache`, or a
-        :class:`attnlib.windows.RollingKVCache` for a windowed layer), x holds only the new
+        :class:`attnlib.kv_cache.RollingKVCache` for a windowed layer), x holds only the new
         positions; their keys and values are appended and the queries see all of them (or
         the last ``window``).
 
@@ -225,7 +228,7 @@ class TinyDecoder(nn.Module):
         every layer its own (the decoder of lesson 10).
     window : int, optional
         Sliding-window attention (lesson 14) in every layer not in ``global_layers``; those
-        layers cache only ``window`` positions (:class:`attnlib.windows.RollingKVCache`).
+        layers cache only ``window`` positions (:class:`attnlib.kv_cache.RollingKVCache`).
     global_layers : sequence of int, default ()
         Layers that see every earlier position although ``window`` is set.
     d_latent : int, optional
@@ -296,7 +299,7 @@ class TinyDecoder(nn.Module):
         """One empty cache per layer, sized for ``max_len`` positions.
 
         A :class:`KVCache` per layer; lesson 14's options give a
-        :class:`attnlib.windows.RollingKVCache` of ``window`` positions for windowed layers,
+        :class:`attnlib.kv_cache.RollingKVCache` of ``window`` positions for windowed layers,
         a :class:`attnlib.latent.LatentCache` for latent layers, and ``None`` for layers
         that reuse another layer's keys and values.
         """
@@ -309,10 +312,10 @@ class TinyDecoder(nn.Module):
                 caches.append(block.attn.new_cache(batch, max_len))
             elif self.windowed[i]:
                 size = dict(window=self.window, dtype=dtype)  # only the last `window` positions
-                caches.append(RollingKVCache(batch, self.n_kv_heads, self.d_head, **size))
+                caches.append(RollingKVCache(batch, self.n_kv_heads, d_k=self.d_head, **size))
             else:
                 caches.append(
-                    KVCache(batch, self.n_kv_heads, self.d_head, max_len=max_len, dtype=dtype)
+                    KVCache(batch, self.n_kv_heads, d_k=self.d_head, max_len=max_len, dtype=dtype)
                 )
         return caches
 

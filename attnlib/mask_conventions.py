@@ -21,10 +21,7 @@ function takes and returns numpy arrays or torch tensors (the same kind).
 
 from __future__ import annotations
 
-from typing import Any
-
-from attnlib._validate import check_bool_mask as _check_bool
-from attnlib._validate import check_int
+from attnlib._validate import check_bool_mask, check_int
 
 __all__ = [
     "check_bool_mask",
@@ -34,36 +31,9 @@ __all__ = [
     "from_torch_key_padding_mask",
 ]
 
-
-_HINT = (
-    "torch's float masks are additive (0 keeps, -inf blocks): build a bool mask, e.g. "
-    "mask == 1 if 1 meant 'may attend'"
-)
-
-
-def check_bool_mask(mask: Any, name: str = "mask", *, fn: str = "check_bool_mask"):
-    """Return ``mask`` unchanged if it is a boolean array or tensor; refuse anything else.
-
-    A float (or int) mask is refused because torch would *add* it to the scores: a 0/1
-    float mask shifts some scores by 1 and blocks nothing.
-
-    Parameters
-    ----------
-    mask : bool ndarray or Tensor
-    name : str
-        The argument's name, for the error message.
-
-    Returns
-    -------
-    mask : the same object
-
-    Raises
-    ------
-    TypeError
-        If ``mask`` is not an array/tensor, or its dtype is not bool.
-    """
-    # No "True = ..." in the message: this module handles both conventions.
-    return _check_bool(fn, name, mask, meaning=None, hint=_HINT)
+# check_bool_mask(mask, name="mask", *, fn=..., meaning=None, hint=...) is attnlib's one mask
+# check (written in attnlib._validate, used by every function that takes a mask); it is public
+# here. Its message says no "True = ..." by default: this module handles both conventions.
 
 
 def _invert(mask):

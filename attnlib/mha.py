@@ -90,7 +90,7 @@ class _HeadsMixin:
         target = (batch, self.n_heads, seq_q, seq_k)
         # The type and dtype rule is attend's; the shapes are this module's own (a 3-D mask
         # is (batch, seq_q, seq_k), not broadcast as (n_heads, seq_q, seq_k)).
-        check_bool_mask(cls, "mask", mask, hint=_MASK_HINT)
+        check_bool_mask(mask, fn=cls, meaning="True = may attend", hint=_MASK_HINT)
         shape = tuple(mask.shape)
         m4 = (1,) * (4 - mask.ndim) + shape if 2 <= mask.ndim <= 4 else None
         if mask.ndim == 3:  # (batch, seq_q or 1, seq_k): the head axis goes second
@@ -117,13 +117,13 @@ class _HeadsMixin:
             mask = mask[:, None]
         return mask.to(device)  # (batch or 1, n_heads or 1, seq_q or 1, seq_k)
 
-    def _check_forward(self, query, key, value, mask=None, causal=False, *, align="top_left"):
+    def _check_forward(self, query, key, value, mask=None, *, causal=False, align="top_left"):
         self._check_inputs(query, key, value)
         self._check_mask(mask, query.shape[0], query.shape[1], key.shape[1])
         check_choice(type(self).__name__, "align", align, ALIGNS)
 
-    def _check_self_forward(self, x, mask=None, causal=False, *, align="top_left"):
-        self._check_forward(x, x, x, mask, causal, align=align)
+    def _check_self_forward(self, x, mask=None, *, causal=False, align="top_left"):
+        self._check_forward(x, x, x, mask, causal=causal, align=align)
 
     def _attend_heads(self, q, k, v, mask, causal: bool, align: str):
         """Attention on every head at once, then merge and mix with ``W_o``."""
@@ -185,7 +185,7 @@ class MultiHeadAttention(_HeadsMixin, nn.Module):
         self.W_o = nn.Linear(self.d_model, self.d_model, bias=bias)
 
     @validated(_HeadsMixin._check_forward)
-    def forward(self, query, key, value, mask=None, causal: bool = False, *, align="top_left"):
+    def forward(self, query, key, value, mask=None, *, causal: bool = False, align="top_left"):
         """Attend from every query position to the key positions, in every head.
 
         Parameters
@@ -299,7 +299,7 @@ class FusedQKVAttention(_HeadsMixin, nn.Module):
         self.W_o = nn.Linear(self.d_model, self.d_model, bias=bias)
 
     @validated(_HeadsMixin._check_self_forward)
-    def forward(self, x, mask=None, causal: bool = False, *, align: str = "top_left"):
+    def forward(self, x, mask=None, *, causal: bool = False, align: str = "top_left"):
         """Self-attention: every position of ``x`` is a query, a key and a value.
 
         Parameters

@@ -1,4 +1,4 @@
-"""Selected keys: a cheap indexer ranks every past key, each query keeps its top k (lesson 14).
+"""Selected keys: a cheap indexer ranks every past key, each query keeps its best (lesson 14).
 
 DeepSeek-V3.2's sparse attention splits attention in two. A small "lightning indexer"
 scores every (query, key) pair cheaply — a small number of heads, a ReLU of each dot product, a
@@ -6,15 +6,16 @@ weighted sum:
 
     I[t, s] = Σ_h w[t, h] · relu(q_idx[h, t] · k_idx[s])
 
-and each query then attends, with the full attention, only to the ``k`` keys with the
-highest index scores. The cache still holds every key (any of them may be selected later);
-what shrinks is the work per query: ``k`` keys read instead of all of them.
+and each query then attends, with the full attention, only to the ``n_keep`` keys with the
+highest index scores (DeepSeek calls the number top-k). The cache still holds every key (any
+of them may be selected later); what shrinks is the work per query: ``n_keep`` keys read
+instead of all of them.
 
 * :func:`indexer_scores` — the formula above;
 * :class:`Indexer` — the small module that makes its queries, key and weights;
 * :func:`topk_mask` — the selection as a boolean mask, for :func:`attnlib.attend`.
 
-With ``k >= seq_k`` nothing is dropped: attention with the mask equals full attention
+With ``n_keep >= seq_k`` nothing is dropped: attention with the mask equals full attention
 (``tests/test_selection.py``).
 """
 
@@ -158,11 +159,11 @@ class Indexer(nn.Module):
         return indexer_scores(q, k, self.W_w(x_q))  # (batch, seq_q, seq_k)
 
 
-def _check_topk_mask(index_scores, k, mask=None, *, causal=False, align="top_left") -> None:
+def _check_topk_mask(index_scores, n_keep, mask=None, *, causal=False, align="top_left") -> None:
     fn = "topk_mask"
     scores = as_float_array(fn, "index_scores", index_scores)
     check_ndim(fn, "index_scores", scores, min_ndim=2, doc="(..., seq_q, seq_k)")
-    check_int(fn, "k", k, minimum=0)
+    check_int(fn, "n_keep", n_keep, minimum=0)
     shape = tuple(scores.shape)
     if mask is not None:
         check_array(fn, "mask", mask)
@@ -174,11 +175,13 @@ def _check_topk_mask(index_scores, k, mask=None, *, causal=False, align="top_lef
 
 
 @validated(_check_topk_mask)
-def topk_mask(index_scores, k: int, mask=None, *, causal: bool = False, align: str = "top_left"):
-    """Keep, for each query, the ``k`` allowed keys with the highest index scores.
+def topk_mask(
+    index_scores, n_keep: int, mask=None, *, causal: bool = False, align: str = "top_left"
+):
+    """Keep, for each query, the ``n_keep`` allowed keys with the highest index scores.
 
     Ties are broken by position: among equal scores the lower key index is kept first.
-    A row with no more than ``k`` allowed keys keeps all of them; a row with none keeps
+    A row with no more than ``n_keep`` allowed keys keeps all of them; a row with none keeps
     none (``attnlib.attend`` then gives weights 0 and output 0 there, no NaN). The result
     never selects a key the mask blocks.
 
@@ -186,7 +189,7 @@ def topk_mask(index_scores, k: int, mask=None, *, causal: bool = False, align: s
     ----------
     index_scores : ndarray or Tensor of shape (..., seq_q, seq_k)
         Finite scores (e.g. :func:`indexer_scores`); higher = more worth attending to.
-    k : int
+    n_keep : int
         Keys to keep per query (>= 0).
     mask : bool ndarray or Tensor broadcastable to (..., seq_q, seq_k), optional
         True = may attend; blocked keys are never selected.
@@ -214,5 +217,5 @@ def topk_mask(index_scores, k: int, mask=None, *, causal: bool = False, align: s
     rank = torch.empty_like(order)
     positions = torch.arange(seq_k).expand_as(order)  # (..., seq_q, seq_k)
     rank.scatter_(-1, order, positions)  # rank[..., j]: place of key j in its row's ranking
-    selected = (rank < k) & allowed  # (..., seq_q, seq_k)
+    selected = (rank < n_keep) & allowed  # (..., seq_q, seq_k)
     return selected.numpy() if is_numpy else selected

@@ -87,10 +87,10 @@ def _check_mha_forward(
         if x.shape[-1] != widths[name]:
             raise ValueError(f"{fn}: {B.describe(name, x)} must have width {widths[name]}")
     if key_padding_mask is not None:
-        kpm = key_padding_mask
-        check_bool_mask(fn, "key_padding_mask", kpm, meaning="True = padding", hint=hint)
+        kpm, blocked = key_padding_mask, "True = padding"
+        check_bool_mask(kpm, "key_padding_mask", fn=fn, meaning=blocked, hint=hint)
     if attn_mask is not None:
-        check_bool_mask(fn, "attn_mask", attn_mask, meaning="True = blocked", hint=hint)
+        check_bool_mask(attn_mask, "attn_mask", fn=fn, meaning="True = blocked", hint=hint)
 
 
 @validated(_check_mha_forward)

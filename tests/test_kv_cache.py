@@ -514,6 +514,12 @@ def test_formula_options_multiply_out_as_documented():
     )
     assert shared_local == 2 * 4 * 128 * 2 * (4 * 30 + 1 * 100)
     assert kv_cache_bytes(**base, d_latent=96, d_rope=32, d_index=16) == 10 * 2 * 100 * 144 * 2
+    fp8 = dict(index_dtype=torch.float8_e4m3fn, index_block=8)  # 16 bytes + 2 scales of 4
+    per_token = 128 * 2 + 16 * 1 + 2 * 4
+    assert (
+        kv_cache_bytes(**base, d_latent=96, d_rope=32, d_index=16, **fp8)
+        == 10 * 2 * 100 * per_token
+    )
 
 
 def test_formula_errors():
@@ -552,7 +558,8 @@ def test_published_configurations_multiplied_out_by_hand():
     assert per_token["GPT-2 (124M)"] == 36 * KiB
     assert per_token["DeepSeek-V2"] == 60 * (512 + 64) * 2  # 67.5 KiB: 4.5 heads' worth
     assert per_token["DeepSeek-V3"] == 61 * (512 + 64) * 2
-    assert per_token["DeepSeek-V3.2-Exp"] == 61 * (512 + 64 + 128) * 2
+    # the indexer key in FP8 (1 byte a number) plus one float32 scale per 128 numbers
+    assert per_token["DeepSeek-V3.2-Exp"] == 61 * ((512 + 64) * 2 + 128 + 4)
     # full contexts: Mistral's window caps its cache at 4096 positions
     assert P["Mistral 7B"].cache_bytes() == P["Mistral 7B"].cache_bytes(4096) == 2 * 2**30 // 4
     gemma2 = 8 * 2 * 256 * 2 * (21 * 4096 + 21 * 8192)
@@ -563,3 +570,4 @@ def test_published_configurations_multiplied_out_by_hand():
     assert 5.5 < all_global / gemma3 < 6  # 5:1 local:global keeps about a sixth
     assert all(cfg.source for cfg in P.values())
     assert {"Llama 2 7B", "Mistral 7B", "Gemma 3 27B", "DeepSeek-V3"} <= set(P)
+

@@ -157,9 +157,9 @@ def test_numpy_in_numpy_out():
 
 
 def test_topk_errors_name_the_argument():
-    with pytest.raises(ValueError, match="topk_mask: k must be >= 0"):
+    with pytest.raises(ValueError, match="topk_mask: n_keep must be >= 0"):
         topk_mask(torch.zeros(2, 3), -1)
-    with pytest.raises(TypeError, match="topk_mask: k must be an int"):
+    with pytest.raises(TypeError, match="topk_mask: n_keep must be an int"):
         topk_mask(torch.zeros(2, 3), 1.5)
     with pytest.raises(ValueError, match="nan or inf"):
         topk_mask(torch.tensor([[0.0, float("nan")]]), 1)

@@ -74,7 +74,7 @@ SIZED = [
     ("LatentAttention", "d_latent", lambda n: LatentAttention(8, 2, n)),
     ("LatentCache", "d_latent", lambda n: LatentCache(1, n)),
     ("Indexer", "d_index", lambda n: Indexer(8, 2, n)),
-    ("topk_mask", "k", lambda n: topk_mask(torch.zeros(2, 3), n)),
+    ("topk_mask", "n_keep", lambda n: topk_mask(torch.zeros(2, 3), n)),
     ("TinyDecoder", "window", lambda n: TinyDecoder(window=n)),
     ("causal_mask", "seq_q", lambda n: attnlib.causal_mask(n)),
     ("causal_mask", "seq_k", lambda n: attnlib.causal_mask(3, n)),
