@@ -3,6 +3,8 @@ SHELL := /bin/bash
 VENV  := .venv
 BIN   := $(VENV)/bin
 PORT  ?= 8888
+# Extra JupyterLab arguments for `make lab`, e.g. `make lab LAB_ARGS=--no-browser`.
+LAB_ARGS ?=
 # Extra pytest arguments, e.g. `make test PYTEST_ARGS="-k softmax"`.
 PYTEST_ARGS ?=
 # JupyterLab refuses to run as root without --allow-root (containers, CI, JupyterHub images).
@@ -32,10 +34,15 @@ setup:
 # which never overwrites an edited one), so saving in Lab never touches notebooks/ (the
 # instructor source) and never dirties the repository; nbgrader's extensions off and no
 # news prompt (jupyter/, copied into .venv by tools/setup_env.sh).
+# tools/workbook_fresh.py answers "are the copies up to date?" with the standard library
+# alone; only when something changed does the full tool (torch, nbgrader) run.
+# LAB_ARGS=--no-browser starts the server without opening a browser (on a remote machine,
+# or to open the printed address yourself).
 lab: setup
-	$(BIN)/python -m attnlib.course.student notebooks workbook
+	@$(BIN)/python tools/workbook_fresh.py notebooks workbook || \
+	  $(BIN)/python -m attnlib.course.student notebooks workbook
 	$(BIN)/jupyter lab $(ROOT_FLAG) --port=$(PORT) --ServerApp.root_dir=workbook \
-	  --LabApp.default_url=/lab/tree/00_welcome.ipynb
+	  --LabApp.default_url=/lab/tree/00_welcome.ipynb $(LAB_ARGS)
 
 # Staff and lesson editors: the instructor lessons in notebooks/ (solutions, stored outputs)
 # with nbgrader's formgrader, Validate button and assignment panels (jupyter/staff turns

@@ -17,7 +17,8 @@ from nbfixtures import hidden_lines, set_solution, solution_lines, write_lessons
 
 from attnlib.course import student
 
-NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
 
 def _code(nb):
@@ -136,3 +137,56 @@ def test_make_student_on_every_lesson(tmp_path, root, python):
     assert run.stdout.count("wrote") == len(lessons)
     for p in lessons:
         _assert_student_version(p, wb / p.name)
+
+
+def _fresh(src_dir, wb, python):
+    return subprocess.run(
+        [python, str(ROOT / "tools" / "workbook_fresh.py"), str(src_dir), str(wb)],
+        capture_output=True,
+        text=True,
+    )
+
+
+def test_the_quick_check_agrees_with_the_tool_and_imports_nothing_heavy(tmp_path, python):
+    # `make lab` asks tools/workbook_fresh.py first: it must say "up to date" exactly when
+    # attnlib.course.student would write nothing, without importing torch or nbgrader
+    src_dir, wb = tmp_path / "notebooks", tmp_path / "workbook"
+    first, second = write_lessons(src_dir)
+    assert _fresh(src_dir, wb, python).returncode == 1  # no copies yet
+    student.main([str(src_dir), str(wb)])
+    run = _fresh(src_dir, wb, python)
+    assert run.returncode == 0 and "2 lesson copies" in run.stdout, run.stderr
+
+    ran = nbformat.read(wb / second.name, as_version=4)  # running cells changes no hash
+    ran.cells[1].outputs = [nbformat.v4.new_output("stream", text="ran\n")]
+    nbformat.write(ran, wb / second.name)
+    assert _fresh(src_dir, wb, python).returncode == 0
+
+    mine = nbformat.read(wb / first.name, as_version=4)  # an edit: the tool must look
+    set_solution(mine, "l01-softmax-solution", "def softmax(x):\n    return x")
+    nbformat.write(mine, wb / first.name)
+    assert _fresh(src_dir, wb, python).returncode == 1
+    (wb / first.name).unlink()
+    student.main([str(src_dir), str(wb)])
+    assert _fresh(src_dir, wb, python).returncode == 0
+
+    nb = nbformat.read(second, as_version=4)  # the lesson changes: the tool must look
+    nb.cells[0].source += "\n\nNew."
+    nbformat.write(nb, second)
+    assert _fresh(src_dir, wb, python).returncode == 1
+
+    probe = (
+        "import runpy, sys\n"
+        "tool, sys.argv = sys.argv[1], sys.argv[1:]\n"
+        "try:\n    runpy.run_path(tool, run_name='__main__')\n"
+        "except SystemExit:\n    pass\n"
+        "print('HEAVY', sorted(m for m in ('torch', 'nbformat', 'nbgrader', 'attnlib')"
+        " if m in sys.modules))\n"
+    )
+    run = subprocess.run(
+        [python, "-c", probe, str(ROOT / "tools" / "workbook_fresh.py"), str(src_dir), str(wb)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "HEAVY []" in run.stdout, run.stdout + run.stderr
