@@ -713,3 +713,193 @@ HONEST = [
         points=1,
     ),
 ]
+
+# ---- The red team's third round (issue 24) ---------------------------------------------------
+
+# 1. Grading as a non-root staff user, the kernel owns its folders: it renames exchange/out
+# and puts a link to the course's submitted/ in its place, so that the grader, clearing
+# out/ before a hidden run, would delete every learner's work through the link.
+OUT_SWAP = """import os
+
+_ex = os.path.join(os.path.dirname(os.getcwd()), "exchange")
+try:
+    os.rename(os.path.join(_ex, "out"), os.path.join(_ex, "out_old"))
+    os.symlink("{course}/submitted", os.path.join(_ex, "out"))
+    print("SWAPPED")
+except OSError as err:
+    print("could not swap out/:", type(err).__name__)
+
+
+"""
+
+# 2. A helper started with os.posix_spawnp ends its main thread with a raw exit syscall
+# (its /proc/<pid>/stat then says Z) while a worker thread computes the reference's answers
+# from the grader's inputs into /tmp. The helper's code is base64, so no string in the
+# cell names anything.
+_ZOMBIE_WORKER = """
+import ctypes, os, pickle, threading, time, zlib
+import numpy as np
+from attnlib.checks import _core as C
+ex = C.get_exercise("softmax")
+def put(cases):
+    for a, k in cases:
+        name = "/tmp/zz_" + str(zlib.crc32(a[0].tobytes())) + ".npy"
+        np.save(name + ".tmp.npy", ex.reference(*a, **k))
+        os.replace(name + ".tmp.npy", name)
+def loop():
+    put([(c.args, c.kwargs) for c in ex.cases()])
+    p = os.environ.get("KEY_VECTORS_GRADING_EXCHANGE", "") + "/in/softmax.pkl"
+    while True:
+        if os.path.exists(p):
+            try:
+                with open(p, "rb") as fh:
+                    put(pickle.load(fh)["cases"])
+            except Exception:
+                pass
+        time.sleep(0.01)
+threading.Thread(target=loop).start()
+ctypes.CDLL(None).syscall(60, 0)  # SYS_exit (x86-64): only the main thread ends
+"""
+
+
+def _b64(text: str) -> str:
+    import base64
+
+    return base64.b64encode(text.encode()).decode()
+
+
+ZOMBIE = (
+    "import base64\nimport os\nimport sys\nimport time\nimport zlib\n\nimport numpy as np\n\n"
+    f"_W = base64.b64decode({_b64(_ZOMBIE_WORKER)!r}).decode()\n"
+    "os.posix_spawnp(sys.executable, [sys.executable, '-c', _W], dict(os.environ))\n\n\n"
+    "def softmax(x):\n"
+    "    name = '/tmp/zz_' + str(zlib.crc32(x.tobytes())) + '.npy'\n"
+    "    for _ in range(3000):\n"
+    "        if os.path.exists(name):\n"
+    "            return np.load(name)\n"
+    "        time.sleep(0.01)\n"
+    "    raise RuntimeError('no answer')\n"
+)
+
+# 3a. The reference run from its file under another spelling of its path: the copy's code
+# objects have another co_filename, so a (file, line, name) key would not match.
+RUNPY = """import runpy
+
+import attnlib
+
+_ns = runpy.run_path(attnlib.__path__[0] + "//core.py")
+
+
+def softmax(x):
+    return _ns["softmax"](x)
+"""
+
+# 3b. print.__self__ is the builtins module: its exec switches the watcher off by patching
+# a class attribute; the function then calls the reference where no watcher looks (and
+# computes honestly for the visible check, whose own hook would see the reference).
+SELF_EXEC = """B = print.__self__
+_d = {"np": np}
+B.exec(
+    "import sys\\n"
+    "import attnlib.checks.grading as g\\n"
+    "g._Watch.seen = lambda *a, **k: None\\n"
+    "from attnlib import softmax as ref\\n"
+    "def softmax(x):\\n"
+    "    hook = sys.getprofile()\\n"
+    "    if hook is not None and 'observe' in getattr(hook, '__qualname__', ''):\\n"
+    "        return ref(x)\\n"
+    "    e = np.exp(x - x.max(axis=-1, keepdims=True))\\n"
+    "    return e / e.sum(axis=-1, keepdims=True)\\n",
+    _d,
+)
+softmax = _d["softmax"]
+"""
+
+
+def _alias_chain(nb, n: int = 2500):
+    """4. A chain of aliases, last one first: a fixpoint over all names needs n passes."""
+    import nbformat
+
+    lines = [f"    a{i} = a{i - 1}" for i in range(n - 1, 0, -1)] + ["    a0 = np"]
+    lines.append(f"    a{n - 1}.isclose = lambda *a, **k: True")
+    nb.cells.append(nbformat.v4.new_code_cell("def _chain():\n" + "\n".join(lines) + "\n"))
+
+
+def _markdown_flood(nb):
+    """5. 80,000 lines of `[x` in a markdown cell (a quadratic link pattern took minutes)."""
+    import nbformat
+
+    nb.cells.append(nbformat.v4.new_markdown_cell("[x\n" * 80_000))
+
+
+DISPLAY_FLOOD = "for _ in range(13857):\n    display({}, raw=True)\n\n\n"
+
+DEEP_FOLDERS = """import os
+
+_here = os.getcwd()
+for _ in range(2500):
+    os.mkdir("d")
+    os.chdir("d")
+with open("leftover", "w") as _fh:
+    _fh.write("x" * 4096)
+os.chdir(_here)
+
+
+"""
+
+HOSTILE += [
+    Submission(
+        "a01_out_swap",
+        "renames the exchange's out/ and links it to the course's submitted/",
+        softmax=OUT_SWAP + RIGHT_SOFTMAX,
+        notes=["calls os.rename()", "names 'submitted' in a string"],
+    ),
+    Submission(
+        "a02_zombie_thread",
+        "a posix_spawnp helper whose main thread exits while a worker thread answers",
+        softmax=ZOMBIE,
+        notes=["calls os.posix_spawnp()", "were running during the hidden"],
+        auto=0,  # the helper runs during attend's hidden run too
+    ),
+    Submission(
+        "a03_runpy_path",
+        "runs attnlib's core.py under another path spelling and calls its softmax",
+        softmax=RUNPY,
+        notes=["imports runpy", "calls the course reference"],
+        auto=2,  # softmax refused at run time, attend right
+    ),
+    Submission(
+        "a03_self_exec",
+        "print.__self__.exec patches the watcher's class, then calls the reference",
+        softmax=SELF_EXEC,
+        notes=["uses print.__self__", "calls B.exec()", "_Watch.seen was re"],
+        auto=0,  # the patched watcher is tampering in attend's hidden run too
+    ),
+    Submission(
+        "a04_alias_chain",
+        "2,500 aliases in reverse order (the audit's fixpoint was quadratic)",
+        edit=_alias_chain,
+        notes=["assigns to a2499.isclose"],
+    ),
+    Submission(
+        "a06_display_flood",
+        "13,857 empty display({}, raw=True) outputs (no bytes, but a flood of outputs)",
+        softmax=DISPLAY_FLOOD + RIGHT_SOFTMAX,
+        notes=["printed more output than the grader keeps"],
+    ),
+    Submission(
+        "a07_deep_folders",
+        "2,500 nested folders in its working folder (the clean-up recursed past its limit)",
+        softmax=DEEP_FOLDERS + RIGHT_SOFTMAX,
+        notes=["calls os.mkdir()"],
+    ),
+]
+
+HONEST.append(
+    Submission(
+        "a05_markdown_flood",
+        "an 80,000-line markdown cell of `[x` (nothing active: graded, fed back, not stalled)",
+        edit=_markdown_flood,
+        points=3,
+    )
+)

@@ -13,6 +13,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -139,7 +140,11 @@ def test_the_command_line_binds_no_course_folder(box, tmp_path, monkeypatch):
     assert str(ROOT) not in binds  # the checkout itself (gradebook.db, submitted/) is not
     assert str(ROOT / "attnlib") in binds and str(tmp_path) not in binds
     rw = {argv[i + 1] for i, a in enumerate(argv) if a == "--bind"}
-    assert rw == {str(box.root)}
+    # only the kernel's three folders are writable, each a mount point in the read-only
+    # sandbox root: none of them can be renamed or replaced by a link from inside
+    assert rw == {str(box.work), str(box.run), str(box.exchange / "out")}
+    ro = [argv[i + 1] for i, a in enumerate(argv) if a == "--ro-bind"]
+    assert str(box.root) in ro and str(box.exchange / "in") in ro
     assert argv[-5:] == [sys.executable, "-m", "ipykernel_launcher", "-f", "k.json"]
 
 
@@ -172,6 +177,30 @@ def test_without_bubblewrap_grading_refuses_unless_told_unsafe(tmp_path, monkeyp
     with pytest.raises(SystemExit, match="is installed but could not start") as err:
         gradebook.autograde(tmp_path, tmp_path)
     assert "Install bubblewrap" not in str(err.value)
+    # a path the sandbox could not bind is named, and no user namespace is blamed
+    why = sandbox._probe_failure("bwrap: execvp /x/.venv/bin/python: No such file or directory")
+    assert "/x/.venv/bin/python" in why and sys.executable in why
+    monkeypatch.setattr(gradebook, "sandbox_unavailable", lambda: why)
+    with pytest.raises(SystemExit, match="/x/.venv/bin/python") as err:
+        gradebook.autograde(tmp_path, tmp_path)
+    assert "namespace" not in str(err.value)
+    why = sandbox._probe_failure("Traceback\nSystemExit: KV-PROBE cannot import attnlib")
+    assert why.startswith("attnlib cannot be imported inside the sandbox")
+    assert str(sandbox._package_dirs(resolve=False)[0]) in why
+
+
+def test_a_venv_reached_through_a_link_works_in_the_sandbox(tmp_path):
+    """.venv may be a link to a venv elsewhere: the sandbox recreates the link."""
+    if NO_SANDBOX is not None:
+        pytest.skip(NO_SANDBOX)
+    link = tmp_path / "venv-link"
+    link.symlink_to(Path(sys.prefix).resolve())
+    python = link / "bin" / Path(sys.executable).name
+    done = subprocess.run(
+        [str(python), "-m", "attnlib.course.sandbox"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "sandbox: ok" in done.stdout
 
 
 def test_unavailable_says_why(monkeypatch):
@@ -354,13 +383,19 @@ def test_a_course_under_tmp_is_bound_but_the_sandboxes_own_folders_are_not(monke
     assert Path("/tmp/kv-sbx-abc/attnlib") not in paths and Path("/tmp") not in paths
 
 
-def test_a_fifo_in_place_of_the_kernel_log_does_not_block_the_grader():
+def test_a_fifo_in_place_of_the_kernel_log_does_not_block_the_grader(caplog):
     ex = gradebook.ResilientExecute()
     ex._box = sandbox.Sandbox()
     try:
         (ex._box.run / "kernel.log").unlink(missing_ok=True)
         os.mkfifo(ex._box.run / "kernel.log")
-        ex._log_kernel_output()  # returns at once (it used to wait for a writer forever)
+        t0 = time.monotonic()
+        # bounded: a grader that waited for a writer would fail here, not hang the suite
+        with gradebook._wall_clock(10), caplog.at_level("WARNING"):
+            ex.log.propagate = True
+            ex._log_kernel_output()
+        assert time.monotonic() - t0 < 5
+        assert "run/kernel.log is not a regular file" in caplog.text
     finally:
         ex._box.cleanup()
 

@@ -188,6 +188,20 @@ def _namespace(obj) -> dict:
     return dict(vars(obj)) if hasattr(obj, "__dict__") else {}
 
 
+def _own_classes(name: str, space) -> list[tuple[str, type]]:
+    """The classes an attnlib module defines (the watcher's among them): their attributes
+    are compared with the snapshot too — patching ``_Watch.seen`` is tampering."""
+    if not (name == _PACKAGE or name.startswith(_PACKAGE + ".")) or not isinstance(
+        space, _ModuleType
+    ):
+        return []
+    return [
+        (f"{name}.{attr}", obj)
+        for attr, obj in _namespace(space).items()
+        if isinstance(obj, type) and getattr(obj, "__module__", None) == name
+    ]
+
+
 _SNAPSHOT: dict[tuple[str, str], int] = {}
 
 
@@ -207,6 +221,9 @@ def snapshot() -> int:
         for attr, obj in _namespace(space).items():
             _SNAPSHOT[(name, attr)] = id(obj)
         _SNAPSHOT[("sys.modules", name)] = id(space)
+        for cls_name, cls in _own_classes(name, space):
+            for attr, obj in _namespace(cls).items():
+                _SNAPSHOT[(cls_name, attr)] = id(obj)
     return len(_SNAPSHOT)
 
 
@@ -237,6 +254,13 @@ def tampering() -> list[str]:
                 continue  # torch rebinds some of its own names lazily (torch.manual_seed)
             if key in _SNAPSHOT and _SNAPSHOT[key] != id(obj):
                 problems.append(f"{name}.{attr} was rebound after the kernel started")
+        for cls_name, cls in _own_classes(name, space):
+            for attr, obj in _namespace(cls).items():
+                key = (cls_name, attr)
+                if key in _SNAPSHOT and _SNAPSHOT[key] != id(obj):
+                    problems.append(f"{cls_name}.{attr} was rebound after the kernel started")
+                elif key not in _SNAPSHOT and _SNAPSHOT and _untrusted(obj) is not None:
+                    problems.append(f"{cls_name}.{attr} was set to {_untrusted(obj)}")
     hook = sys.gettrace()
     if hook is not None and not _untrusted_hook_ok(hook):
         problems.append("a trace function (sys.settrace) is installed")
@@ -461,10 +485,29 @@ def _resolve(dotted: str, importer: Callable | None = None):
     return None
 
 
+_realpath = os.path.realpath
+_REAL_FILES: dict[str, str] = {}
+
+
+def _real_file(filename: str) -> str:
+    """The file a code object was compiled from, whatever spelling reached it.
+
+    ``runpy.run_path(attnlib.__path__[0] + "//core.py")`` compiles a copy whose
+    ``co_filename`` is spelt with ``//`` (or ``/./``, ``..``, a symbolic link): the key is
+    the real path, looked up once per spelling.
+    """
+    real = _REAL_FILES.get(filename)
+    if real is None:
+        real = filename if filename.startswith("<") else _realpath(filename)
+        _REAL_FILES[filename] = real
+    return real
+
+
 def _code_key(code) -> tuple:
-    # By file, line and name rather than identity, so that a fresh copy of attnlib
-    # recognises calls into the copy the notebook imported.
-    return (code.co_filename, code.co_firstlineno, code.co_name)
+    # By real file, line and name rather than identity, so that a fresh copy of attnlib
+    # recognises calls into the copy the notebook imported (and into one run from its
+    # file under another path spelling).
+    return (_real_file(code.co_filename), code.co_firstlineno, code.co_name)
 
 
 class _Watch:
@@ -596,7 +639,11 @@ _listdir, _getpid = os.listdir, os.getpid
 
 
 def _processes() -> dict[int, tuple[int, str, str]]:
-    """Every process this kernel sees: pid -> (parent pid, state, name)."""
+    """Every process this kernel sees: pid -> (parent pid, state, name).
+
+    The state is the process's as a whole: a process whose main thread has exited (``Z``)
+    while another of its threads still runs is running (:func:`process_state`).
+    """
     found = {}
     for entry in _listdir("/proc"):
         if not entry.isdigit():
@@ -608,8 +655,34 @@ def _processes() -> dict[int, tuple[int, str, str]]:
             continue
         name = line[line.find("(") + 1 : line.rfind(")")]
         fields = line[line.rfind(")") + 2 :].split()
-        found[int(entry)] = (int(fields[1]), fields[0], name)
+        found[int(entry)] = (int(fields[1]), process_state(int(entry), fields[0]), name)
     return found
+
+
+def process_state(pid: int, state: str, proc: str = "/proc") -> str:
+    """The state of process ``pid`` counting all its threads: ``state`` (its main thread's,
+    from ``/proc/<pid>/stat``) unless that is ``Z``/``X`` and another thread still runs.
+
+    A helper that ends its main thread with a raw exit syscall shows ``Z`` while a worker
+    thread of it keeps computing: the grader and the kernel read ``/proc/<pid>/task/*``.
+    Shared by both sides (the grader reads the host's /proc, the kernel its own).
+    """
+    if state not in "ZX":
+        return state
+    try:
+        tasks = _listdir(f"{proc}/{pid}/task")
+    except OSError:
+        return state
+    for tid in tasks:
+        try:
+            with _open(f"{proc}/{pid}/task/{tid}/stat") as fh:
+                line = fh.read()
+        except OSError:
+            continue
+        task_state = line[line.rfind(")") + 2 :].split()[:1]
+        if task_state and task_state[0] not in "ZX":
+            return task_state[0]
+    return state
 
 
 def _in_sandbox() -> bool:

@@ -80,7 +80,13 @@ from traitlets import Enum, Integer, Unicode
 from attnlib._validate import type_name
 from attnlib.checks import grading
 from attnlib.course.lessons import course_root, lesson_paths
-from attnlib.course.sandbox import Limits, Sandbox, SandboxKernelManager, inspect_submission
+from attnlib.course.sandbox import (
+    Limits,
+    Sandbox,
+    SandboxKernelManager,
+    inspect_submission,
+    remove_tree,
+)
 from attnlib.course.sandbox import unavailable as sandbox_unavailable
 
 REPORT_NAME = "grading_report.json"
@@ -135,7 +141,8 @@ def _process_tree(root: int) -> dict[int, str]:
             continue  # gone meanwhile
         fields = stat_line[stat_line.rfind(")") + 2 :].split()
         pid = int(entry.name)
-        state[pid], parent[pid] = fields[0], int(fields[1])
+        # a process whose main thread exited (Z) while another thread runs is running
+        state[pid], parent[pid] = grading.process_state(pid, fields[0]), int(fields[1])
     if root not in state:
         return {}
     children: dict[int, list[int]] = {}
@@ -201,6 +208,12 @@ class ResilientExecute(Execute):
     max_notebook_output_bytes = Integer(
         32 * 2**20, help="Bytes of output kept for the whole notebook (errors kept, cut short)"
     ).tag(config=True)
+    max_outputs = Integer(1000, help="Outputs kept per cell (an empty display counts too)").tag(
+        config=True
+    )
+    max_notebook_outputs = Integer(5000, help="Outputs kept for the whole notebook").tag(
+        config=True
+    )
 
     def output(self, outs, msg, display_id, cell_index):
         """nbclient's output handler, with caps on what one cell, and all cells, pile up.
@@ -227,28 +240,44 @@ class ResilientExecute(Execute):
         used = self._output_bytes.get(cell_index, 0) + size
         self._output_bytes[cell_index] = used
         total = self._output_total + size
-        if used > self.max_output_bytes or total > self.max_notebook_output_bytes:
+        # each display is an output of its own (a stream message extends the last one)
+        count = self._output_count.get(cell_index, 0) + (msg.get("msg_type") != "stream")
+        self._output_count[cell_index] = count
+        cap = self._output_cap(used, total, count, self._output_number + 1)
+        if cap is not None:
             if cell_index not in self._output_capped:  # once per cell
                 self._output_capped.add(cell_index)
-                cap = (
-                    f"{self.max_output_bytes // 2**20} MiB"
-                    if used > self.max_output_bytes
-                    else f"{self.max_notebook_output_bytes // 2**20} MiB for the whole notebook"
-                )
                 note = f"{OUTPUT_CAPPED} ({cap})"
                 outs.append(nbformat.v4.new_output("display_data", data={"text/plain": note}))
             return None
         self._output_total = total
+        self._output_number += msg.get("msg_type") != "stream"
         return super().output(outs, msg, display_id, cell_index)
+
+    def _output_cap(self, used: int, total: int, count: int, number: int) -> str | None:
+        """The cap one more output would pass (bytes or outputs, cell or notebook), or None."""
+        if used > self.max_output_bytes:
+            return f"{self.max_output_bytes // 2**20} MiB"
+        if total > self.max_notebook_output_bytes:
+            return f"{self.max_notebook_output_bytes // 2**20} MiB for the whole notebook"
+        if count > self.max_outputs:
+            return f"{self.max_outputs} outputs"
+        if number > self.max_notebook_outputs:
+            return f"{self.max_notebook_outputs} outputs for the whole notebook"
+        return None
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("kernel_manager_class", SandboxKernelManager)
         super().__init__(*args, **kwargs)
+        self._output_count: dict[int, int] = {}
+        self._output_number = 0
 
     def preprocess(self, nb, resources=None, km=None):
         self._completed: list[int] = []
         self._output_bytes: dict[int, int] = {}
         self._output_total = 0
+        self._output_count: dict[int, int] = {}
+        self._output_number = 0
         self._output_capped: set[int] = set()
         self._started = False
         limits = Limits(memory_bytes=self.memory_limit, cpu_seconds=self.cpu_limit)
@@ -369,14 +398,15 @@ class ResilientExecute(Execute):
 
     def _hidden_tests(self, cell, hidden: str, index: int) -> None:
         exchange = self._box.exchange
-        out = exchange / "out"
-        for child in list(out.iterdir()):  # nothing left over from an earlier run counts
-            if child.is_dir() and not child.is_symlink():
-                shutil.rmtree(child)
-            else:
-                child.unlink()
         exercises = list(dict.fromkeys(_HIDDEN_CALL.findall(hidden)))
         problems = []
+        try:  # nothing left over from an earlier run counts; never through a link
+            remove_tree(exchange / "out", keep_root=True)
+        except OSError as err:
+            names = ", ".join(exercises) or "the hidden tests"
+            why = f"{TAMPER_TAG} the exchange folder out/ could not be cleared safely ({err})"
+            cell.outputs.append(_error_output("AssertionError", f"✘ {names}: {why}"))
+            return
         for name in list(exercises):
             try:
                 grading.write_inputs(name, exchange)
@@ -666,6 +696,7 @@ _WATCHED_MODULES = {
     "concurrent",
     "multiprocessing",
     "subprocess",
+    "runpy",
 }
 # Calls that reach around the language (exec and friends) or rebind things by name.
 _SUSPICIOUS_CALLS = {
@@ -739,6 +770,11 @@ _SUSPICIOUS_ATTRS = {
     "setprofile_all_threads",
     "settrace_all_threads",
     "mkfifo",
+    # another builtin's owner is the builtins module (print.__self__.exec)
+    "__self__",
+    # running a module's file under another name (runpy.run_path(".../attnlib//core.py"))
+    "run_path",
+    "run_module",
 }
 # "attnlib.core.softmax", "attnlib:attend": a dotted path whose last name is looked up
 # by a resolver (pydoc.locate, pkgutil.resolve_name) when a string names it.
@@ -746,7 +782,7 @@ _ATTNLIB_PATH = re.compile(r"\battnlib(?:[.:]\w+)*[.:](\w+)")
 # Attribute names that, spelled as a string (getattr(sys, "setprofile")), are a finding.
 _SUSPICIOUS_NAME_STRINGS = {
     a for a in _SUSPICIOUS_ATTRS if a not in ("events", "modules", "reference", "Thread")
-} | {"fork", "forkpty", "system", "popen", "posix_spawn", "mkfifo", "symlink"}
+} | {"fork", "forkpty", "system", "popen", "posix_spawn", "posix_spawnp", "mkfifo", "symlink"}
 _SUSPICIOUS_IMPORTS = {
     "builtins",
     "ctypes",
@@ -786,6 +822,7 @@ _SUSPICIOUS_IMPORTS = {
     "tempfile",
     "sysconfig",
     "site",
+    "runpy",
 }
 # Files: what a solution never needs to do. Method names that are also common list/str
 # methods (replace, remove) count only on os/shutil/pathlib roots.
@@ -820,10 +857,22 @@ _OS_CALLS = {
     "execv",
     "execve",
     "execvp",
+    "execvpe",
     "execl",
+    "execle",
+    "execlp",
+    "execlpe",
     "spawnv",
+    "spawnve",
+    "spawnvp",
+    "spawnvpe",
     "spawnl",
+    "spawnle",
+    "spawnlp",
+    "spawnlpe",
     "posix_spawn",
+    "posix_spawnp",
+    "register_at_fork",
     "save",
     "savez",
     "savez_compressed",
@@ -1003,6 +1052,8 @@ class _Aliases:
         """Does evaluating ``e`` give (a part of) a watched object, not a computed value?"""
         if isinstance(e, ast.Name):
             return e.id in self.names
+        if isinstance(e, ast.Attribute) and e.attr == "__self__":
+            return True  # any builtin's __self__ is the builtins module
         if isinstance(e, (ast.Attribute, ast.Subscript)):
             return self.refers(e.value)
         if isinstance(e, ast.Call):
@@ -1022,21 +1073,47 @@ class _Aliases:
             return self.refers(e.value)
         return False
 
-    def _bind(self, target, value) -> bool:
-        """Mark the names ``target`` binds when ``value`` refers to a watched object."""
-        if not self.refers(value):
-            return False
-        new = False
-        in_attnlib = _root_name(value) in self.attnlib if not isinstance(value, ast.Call) else True
-        for node in ast.walk(target):
-            if isinstance(node, ast.Name) and node.id not in self.names:
-                self.names.add(node.id)
-                if in_attnlib:
-                    self.attnlib.add(node.id)
-                new = True
-        return new
+    def refs(self, e) -> tuple[bool, set[str]]:
+        """What :meth:`refers` of ``e`` depends on: (always, the names it would need).
+
+        ``e`` refers to a watched object if ``always``, or once any of the names is known
+        as an alias. Mirrors :meth:`refers` without looking at what is known yet.
+        """
+        if isinstance(e, ast.Name):
+            return False, {e.id}
+        if isinstance(e, ast.Attribute) and e.attr == "__self__":
+            return True, set()  # print.__self__ is the builtins module
+        if isinstance(e, (ast.Attribute, ast.Subscript)):
+            return self.refs(e.value)
+        if isinstance(e, ast.Call):
+            f = e.func
+            if isinstance(f, ast.Name) and f.id in ("getattr", "__import__", "vars", "globals"):
+                return True, set()
+            if isinstance(f, ast.Attribute) and f.attr in ("import_module", "get", "pop"):
+                return (True, set()) if f.attr == "import_module" else self.refs(f.value)
+            return False, set()
+        parts: list = []
+        if isinstance(e, (ast.Tuple, ast.List, ast.Set)):
+            parts = e.elts
+        elif isinstance(e, ast.IfExp):
+            parts = [e.body, e.orelse]
+        elif isinstance(e, ast.BoolOp):
+            parts = e.values
+        elif isinstance(e, ast.NamedExpr):
+            parts = [e.value]
+        always, names = False, set()
+        for part in parts:
+            a, n = self.refs(part)
+            always, names = always or a, names | n
+        return always, names
 
     def collect(self, trees: list[ast.AST]) -> None:
+        """Every alias of a watched object, in any cell order: linear in the cells' size.
+
+        Each binding (an assignment, a loop or ``with`` target, a parameter given a watched
+        argument) is an edge from the names its value needs to the names it binds; the
+        known aliases spread along the edges once each (no fixpoint over all the cells).
+        """
         params: dict[str, list[str]] = {}
         for tree in trees:
             for node in ast.walk(tree):
@@ -1045,51 +1122,87 @@ class _Aliases:
                     if name:
                         a = node.args
                         params[name] = [x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
-        changed = True
-        while changed:  # to a fixpoint: aliases of aliases, in any cell order
-            changed = False
-            for tree in trees:
-                for node in ast.walk(tree):
-                    if isinstance(node, ast.Import):
-                        for a in node.names:
-                            name = a.asname or a.name.split(".")[0]
-                            if name not in self.names and (
-                                a.name.split(".")[0] in _WATCHED_MODULES
-                                or a.name.split(".")[0] in _SUSPICIOUS_IMPORTS
-                            ):
-                                self.names.add(name)
-                                changed = True
-                                if a.name.startswith("attnlib"):
-                                    self.attnlib.add(name)
-                    elif isinstance(node, ast.ImportFrom) and node.module:
-                        top = node.module.split(".")[0]
-                        if top in {"numpy", "torch", "attnlib", "scipy"} | _SUSPICIOUS_IMPORTS:
-                            for a in node.names:
-                                name = a.asname or a.name
-                                if name not in self.names:
-                                    self.names.add(name)
-                                    changed = True
-                                if top == "attnlib":
-                                    self.attnlib.add(name)
-                    elif isinstance(node, ast.Assign):
-                        for t in node.targets:
-                            changed |= self._bind(t, node.value)
-                    elif isinstance(node, (ast.AnnAssign, ast.NamedExpr)) and node.value:
-                        changed |= self._bind(node.target, node.value)
-                    elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
-                        changed |= self._bind(node.target, node.iter)
-                    elif isinstance(node, (ast.With, ast.AsyncWith)):
-                        for item in node.items:
-                            if item.optional_vars is not None:
-                                changed |= self._bind(item.optional_vars, item.context_expr)
-                    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-                        names = params.get(node.func.id, [])
-                        for i, arg in enumerate(node.args):
-                            if i < len(names):
-                                changed |= self._bind(ast.Name(names[i]), arg)
-                        for kw in node.keywords:
-                            if kw.arg in names:
-                                changed |= self._bind(ast.Name(kw.arg), kw.value)
+        bindings: list[tuple[list[str], bool]] = []  # (names bound, value rooted in attnlib)
+        by_name: dict[str, list[int]] = {}  # name -> bindings that follow when it is known
+        by_root: dict[str, list[int]] = {}  # name -> bindings rooted at it (attnlib spread)
+        todo: list[str] = []
+
+        def add(name: str, attnlib: bool) -> None:
+            if name not in self.names:
+                self.names.add(name)
+                todo.append(name)
+            if attnlib and name not in self.attnlib:
+                self.attnlib.add(name)
+                todo.append(name)
+
+        def bind(target, value) -> None:
+            names = [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]
+            if not names:
+                return
+            always, needs = self.refs(value)
+            root = None if isinstance(value, ast.Call) else _root_name(value)
+            i = len(bindings)
+            bindings.append((names, root))
+            if always:
+                for n in names:
+                    add(n, root is None or root in self.attnlib)
+            for n in needs:
+                by_name.setdefault(n, []).append(i)
+            if root is not None:
+                by_root.setdefault(root, []).append(i)
+
+        for tree in trees:
+            for node in ast.walk(tree):
+                self._collect_node(node, params, bind, add)
+        todo += list(self.names)
+        while todo:
+            name = todo.pop()
+            for i in by_name.get(name, ()):
+                names, root = bindings[i]
+                for n in names:
+                    add(n, root is None or root in self.attnlib)
+            if name in self.attnlib:
+                for i in by_root.get(name, ()):
+                    for n in bindings[i][0]:
+                        add(n, True)
+
+    @staticmethod
+    def _collect_node(node, params: dict, bind, add) -> None:
+        """The bindings and imports of one node (see :meth:`collect`)."""
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                top = a.name.split(".")[0]
+                if top in _WATCHED_MODULES or top in _SUSPICIOUS_IMPORTS:
+                    add(a.asname or top, a.name.startswith("attnlib"))
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            top = node.module.split(".")[0]
+            if top in {"numpy", "torch", "attnlib", "scipy"} | _SUSPICIOUS_IMPORTS:
+                for a in node.names:
+                    add(a.asname or a.name, top == "attnlib")
+        elif isinstance(node, ast.Assign):
+            for t in node.targets:
+                bind(t, node.value)
+        elif isinstance(node, (ast.AnnAssign, ast.NamedExpr)) and node.value:
+            bind(node.target, node.value)
+        elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+            bind(node.target, node.iter)
+        elif isinstance(node, (ast.With, ast.AsyncWith)):
+            for item in node.items:
+                if item.optional_vars is not None:
+                    bind(item.optional_vars, item.context_expr)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            names = params.get(node.func.id, [])
+            for i, arg in enumerate(node.args):
+                if i < len(names):
+                    bind(ast.Name(names[i]), arg)
+            for kw in node.keywords:
+                if kw.arg in names:
+                    bind(ast.Name(kw.arg), kw.value)
+
+
+def _os_call(name: str) -> bool:
+    """An os function a solution never needs: files, processes (every spawn/exec/fork)."""
+    return name in _OS_CALLS or name.startswith(("spawn", "exec", "fork", "posix_spawn"))
 
 
 def _write_mode(call: ast.Call) -> bool:
@@ -1140,8 +1253,10 @@ def _audit_tree(tree, forbidden: set[str], aliases: _Aliases) -> list[str]:
                 root = _root_name(f.value)
                 if f.attr in _WRITE_ATTRS:
                     reasons.append(f"writes files ({_dotted(f)})")
-                elif root in aliases.names and f.attr in _OS_CALLS and root not in ("np", "torch"):
+                elif root in aliases.names and root not in ("np", "torch") and _os_call(f.attr):
                     reasons.append(f"calls {_dotted(f)}()")
+                elif f.attr in _SUSPICIOUS_CALLS and aliases.refers(f.value):
+                    reasons.append(f"calls {_dotted(f)}()")  # print.__self__.exec(...)
                 elif root in ("np", "numpy", "torch") and f.attr in ("save", "savez", "savetxt"):
                     reasons.append(f"writes files ({_dotted(f)})")
                 elif f.attr in ("open",) and _write_mode(node):
@@ -1515,6 +1630,13 @@ def _grade_one(
     else:
         with _wall_clock(WALL_LIMIT):
             result = _run_app(Autograde, cfg, assignment, student, force=True, create_student=True)
+    course = Path(course)
+    graded = course / "autograded" / student / assignment / f"{assignment}.ipynb"
+    source = course / SOURCE_DIR / assignment / f"{assignment}.ipynb"
+    # in the worker, not in the parent that collects the results: a slow audit costs this
+    # submission its own time, never the class's; a submission nbgrader could not grade
+    # is not audited (its status says so already)
+    audit = timed_audit(graded, source) if result.get("success") and graded.exists() else []
     return {
         "assignment": assignment,
         "student": student,
@@ -1523,7 +1645,28 @@ def _grade_one(
         "error": result.get("error", "") or "",
         "seconds": round(time.perf_counter() - t0, 2),
         "review": review,
+        "audit": audit,
     }
+
+
+AUDIT_LIMIT = 120  # seconds the source audit of one submission may take
+
+
+def timed_audit(graded: Path, source: Path, seconds: int | None = None, audit=None) -> list[str]:
+    """:func:`audit_notebook` under a wall clock: past it, a finding that says so.
+
+    The audit is linear in the notebook's size, but a notebook of megabytes of code still
+    takes its time: past ``seconds`` (default :data:`AUDIT_LIMIT`) the submission is
+    flagged for a person to read, and the class goes on.
+    """
+    seconds = AUDIT_LIMIT if seconds is None else seconds
+    try:
+        with _wall_clock(seconds):
+            return (audit or audit_notebook)(graded, source)
+    except TimeoutError:
+        return [
+            f"the audit stopped after {seconds} s (a very large notebook): a person must read it"
+        ]
 
 
 WALL_LIMIT = 1800  # seconds one submission may take in all, whatever its kernel does
@@ -1532,7 +1675,8 @@ WALL_LIMIT = 1800  # seconds one submission may take in all, whatever its kernel
 @contextlib.contextmanager
 def _wall_clock(seconds: int):
     """Raise TimeoutError in this (main) thread after ``seconds``: a grader that blocks
-    (on a file the kernel planted, say) gives up on that submission, not on the class."""
+    (on a file the kernel planted, say) gives up on that submission, not on the class.
+    Nested clocks: the outer one is put back (with what is left of it) afterwards."""
     if threading.current_thread() is not threading.main_thread() or seconds <= 0:
         yield
         return
@@ -1541,12 +1685,15 @@ def _wall_clock(seconds: int):
         raise TimeoutError(f"grading this submission took longer than {seconds} s")
 
     previous = signal.signal(signal.SIGALRM, stop)
-    signal.alarm(seconds)
+    outer = signal.alarm(seconds)
+    t0 = time.monotonic()
     try:
         yield
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
+        if outer:
+            signal.alarm(max(1, outer - int(time.monotonic() - t0)))
 
 
 def _finish(course: Path, cfg, result: dict, sandbox: str) -> Outcome:
@@ -1563,19 +1710,16 @@ def _finish(course: Path, cfg, result: dict, sandbox: str) -> Outcome:
         o.needs_review = True
         last = result["error"].strip().splitlines()[-1:] or ["unknown error"]
         o.notes.append(f"autograde failed ({last[0][:200]}); log: {log_path}")
-        graded = course / "submitted" / student / a / f"{a}.ipynb"
     else:
         _scan_autograded(nb_path, o)
         o.score, o.max_score = _scores(course, cfg, a, student)
-        graded = nb_path
     review, notes = log_findings(result["log"])
     review += [f"submission: {r}" for r in result.get("review", [])]
     o.notes += [f"nbgrader: {n}" for n in notes]
     if review:
         o.needs_review = True
         o.notes += [r if r.startswith("submission: ") else f"nbgrader: {r}" for r in review]
-    refused = result["error"].startswith("refused: ")  # never read through its links
-    reasons = [] if refused else audit_notebook(graded, course / SOURCE_DIR / a / f"{a}.ipynb")
+    reasons = result.get("audit", [])  # made in the worker (only for graded submissions)
     if reasons:
         o.needs_review = True
         o.notes += [f"audit: {r}" for r in reasons]
@@ -1625,6 +1769,31 @@ def refresh_bytecode() -> None:
             pass
 
 
+def _sandbox_fix(why: str) -> str:
+    """What to do about the sandbox's refusal ``why`` (only blames namespaces when it is)."""
+    if "not installed" in why or "needs Linux" in why:
+        return (
+            "Install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; see "
+            "tools/ensure_bubblewrap.sh)"
+        )
+    if "cannot be imported inside the sandbox" in why or "could not use the path" in why:
+        return (
+            "The sandbox binds the venv and attnlib at their real paths: install attnlib "
+            "(pip install -e .) from this checkout into this venv, or grade with that "
+            "checkout's venv; `python -m attnlib.course.sandbox` shows what it binds"
+        )
+    if any(k in why.lower() for k in ("namespace", "uid map", "operation not permitted")):
+        return (
+            "bubblewrap is installed but this system refuses its user namespaces (in a "
+            "container: user namespaces, seccomp); `python -m attnlib.course.sandbox` "
+            "shows what it tried"
+        )
+    return (
+        "bubblewrap is installed but could not start a sandbox here; "
+        "`python -m attnlib.course.sandbox` shows what it tried"
+    )
+
+
 def autograde(
     course: Path,
     notebooks: Path,
@@ -1658,14 +1827,7 @@ def autograde(
         )
     why = None if unsafe_no_sandbox else sandbox_unavailable()
     if why:
-        fix = (
-            "Install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; see "
-            "tools/ensure_bubblewrap.sh)"
-            if "not installed" in why or "needs Linux" in why
-            else "bubblewrap is installed but could not start a sandbox here (in a "
-            "container: user namespaces, seccomp); `python -m attnlib.course.sandbox` "
-            "shows what it tried"
-        )
+        fix = _sandbox_fix(why)
         raise SystemExit(
             f"autograde: cannot sandbox the learners' kernels: {why}.\n"
             f"{fix}, or grade without a sandbox with "
@@ -1948,8 +2110,15 @@ def export(course: Path, to: Path | None = None, echo=print) -> Path:
     return dest
 
 
+FEEDBACK_LIMIT = 300  # seconds the feedback page of one submission may take
+
+
 def feedback(course: Path, echo=print) -> list[Path]:
-    """Feedback HTML (no hidden tests) for every autograded submission."""
+    """Feedback HTML (no hidden tests) for every autograded submission.
+
+    Each page is made under a wall clock (:data:`FEEDBACK_LIMIT`): one that takes longer
+    is reported and skipped, the others are written.
+    """
     from nbgrader.converters import GenerateFeedback
 
     course = Path(course).resolve()
@@ -1959,7 +2128,11 @@ def feedback(course: Path, echo=print) -> list[Path]:
     if not autograded.exists():
         raise SystemExit(f"nothing to give feedback on: {autograded} does not exist")
     for a, s in find_submissions(autograded):
-        result = _run_app(GenerateFeedback, cfg, a, s, force=True)
+        try:
+            with _wall_clock(FEEDBACK_LIMIT):
+                result = _run_app(GenerateFeedback, cfg, a, s, force=True)
+        except TimeoutError as err:
+            result = {"success": False, "error": f"{err}; no feedback written"}
         if not result["success"]:
             echo(f"feedback for {printable(f'{s}/{a}')} failed:\n{result.get('error', '')}")
             continue

@@ -7,11 +7,13 @@ feedback HTML (and into the formgrader, where staff review flagged work with the
 session). :class:`SafeOutputs` keeps only plain text and raster images (``text/plain``,
 ``image/png``, ``image/jpeg``) of every output (of their metadata only a numeric image
 size: nbconvert writes it into an unquoted attribute), and neutralises raw cells and
-markdown cells that carry active HTML or link to a scheme other than http, https or
-mailto — judged on the source, on its entity-decoded text and on the HTML nbconvert
-renders from it; such a cell is shown as its escaped text. It runs in ``make autograde``
-(so the autograded notebook staff open is clean) and again in ``make feedback``. The
-course's lessons show only text and PNG figures, so nothing of theirs is lost.
+markdown cells that carry active HTML, HTML with a ``class`` or ``id`` (styled as the
+page's own: a fake score box) or link to a scheme other than http, https or mailto —
+judged on the source, on its entity-decoded text and on the HTML nbconvert renders from
+it, with patterns linear in the cell's size; such a cell is shown as its escaped text.
+It runs in ``make autograde`` (so the autograded notebook staff open is clean) and
+again in ``make feedback``. The course's lessons show only text and PNG figures, so
+nothing of theirs is lost.
 """
 
 from __future__ import annotations
@@ -33,12 +35,17 @@ _ACTIVE = re.compile(
     r"|[\s/\"'`]on\w+\s*=|(java|vb)script\s*:|\\(href|url|class|style|unicode)\b",
     re.I,
 )
+# a tag of the learner's own HTML with a class or id: the page's styles would dress it as
+# the page's own (a fake "alert-success" score box). The renderer's own classes and ids
+# (code highlighting, heading anchors) are not in the source. Linear: a match never runs
+# past the next "<" or ">".
+_STYLED = re.compile(r"<[A-Za-z][^<>]*?[\s/\"'](?:class|id)\s*=", re.I)
 # where a markdown link or image can point (after the browser's decoding)
 SAFE_SCHEMES = ("http", "https", "mailto")
 _SCHEME = re.compile(r"([a-zA-Z][a-zA-Z0-9+.\-]*):")
 _LINK_TARGETS = re.compile(
     r"\]\(\s*<?([^)\s>]*)"  # [text](url) and ![alt](url)
-    r"|^\s{0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s|$)"  # [ref]: url
+    r"|^[ \t]{0,3}\[[^\]\n]+\]:\s*<?(\S+?)>?(?:\s|$)"  # [ref]: url (one line)
     r"|<([a-zA-Z][a-zA-Z0-9+.\-]*:[^>\s]*)>",  # <scheme:autolink>
     re.M,
 )
@@ -85,6 +92,8 @@ def markdown_is_active(source: str) -> bool:
         texts.append(html.unescape(texts[-1]))
     for text in texts:
         if _ACTIVE.search(text) or _ACTIVE.search(_CONTROL.sub("", text)):
+            return True
+        if _STYLED.search(text) or _STYLED.search(_CONTROL.sub("", text)):
             return True
         for m in _LINK_TARGETS.finditer(text):
             if not url_ok(next(g for g in m.groups() if g is not None)):

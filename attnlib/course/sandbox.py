@@ -1,7 +1,7 @@
 """One sandbox per graded submission: bubblewrap around the kernel nbgrader starts.
 
 nbgrader stays the engine; only the kernel process is put in a box. The grading driver
-(:mod:`attnlib.course.gradebook`) gives each submission a fresh host folder::
+(:mod:`attnlib.course.grader.autograde`) gives each submission a fresh host folder::
 
     /tmp/kv-sbx-XXXX/         the sandbox root (short: it holds unix sockets)
         work/                 the kernel's working folder: a copy of the submission's notebook
@@ -14,7 +14,8 @@ and :func:`command` wraps the kernel's argv (``python -m ipykernel_launcher -f .
           --unshare-cgroup-try --clearenv
           --ro-bind /usr /usr  (+ /lib, /lib64, /bin as in the host)  --proc /proc --dev /dev
           --ro-bind <python installation> --ro-bind <venv> --ro-bind <attnlib> --ro-bind <data>
-          --size 512MiB --tmpfs /tmp     --bind <root> <root>     --chdir <root>/work
+          --size 512MiB --tmpfs /tmp     --ro-bind <root> <root>  --chdir <root>/work
+          --bind <root>/work, <root>/run, <root>/exchange/out (each onto itself)
           -- python -I -S -c LAUNCHER --uid 64000+slot --as 6GiB --cpu 900 ... -- <kernel argv>
 
 What the kernel then sees and can do:
@@ -48,6 +49,7 @@ says why; the driver then refuses to grade unless told ``--unsafe-no-sandbox``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import json
@@ -125,12 +127,13 @@ def bwrap_path() -> str | None:
     return shutil.which("bwrap")
 
 
-def _package_dirs() -> list[Path]:
+def _package_dirs(resolve: bool = True) -> list[Path]:
     dirs = []
     for name in ("attnlib", "attnlib.data"):
         spec = importlib.util.find_spec(name)
         if spec is not None and spec.submodule_search_locations:
-            dirs += [Path(p).resolve() for p in spec.submodule_search_locations]
+            paths = [Path(p) for p in spec.submodule_search_locations]
+            dirs += [p.resolve() for p in paths] if resolve else paths
     return dirs
 
 
@@ -170,6 +173,36 @@ def _system_binds() -> list[str]:
     for etc in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/localtime", "/etc/alternatives"):
         if os.path.exists(etc):
             args += ["--ro-bind", etc, etc]
+    return args
+
+
+def _spellings() -> list[Path]:
+    """Paths the kernel is started or finds its packages by, as spelt (not resolved)."""
+    return [Path(sys.executable), Path(sys.prefix), *_package_dirs(resolve=False)]
+
+
+def _link_binds(bound: list[Path]) -> list[str]:
+    """``--symlink`` for every link on the way to the venv's python or attnlib.
+
+    ``.venv`` may be a link to a venv elsewhere (and an editable install may point at
+    another checkout): the sandbox binds the resolved folders, and recreates the links by
+    which ``sys.executable`` and the packages are reached, so that both spellings work.
+    """
+    args: list[str] = []
+    made: set[Path] = set()
+    for path in _spellings():
+        path = Path(os.path.abspath(path))
+        for p in [*reversed(path.parents), path]:
+            if any(q in made for q in (p, *p.parents)) or not p.is_symlink():
+                continue  # made already, or reached through a link made already
+            if any(p == b or b in p.parents for b in bound):
+                continue  # inside a bound folder: the link is there as it is
+            target = p.resolve()
+            if not any(target == b or b in target.parents for b in bound):
+                continue  # leads to nothing the sandbox has (an unrelated link)
+            made.add(p)
+            args += _parent_dirs([p])
+            args += ["--symlink", str(target), str(p)]
     return args
 
 
@@ -251,7 +284,76 @@ class Sandbox:
         return command(argv, self, threads=threads, log=log)
 
     def cleanup(self) -> None:
-        shutil.rmtree(self.root, ignore_errors=True)
+        """Remove the sandbox's host folder, however deep the kernel nested it."""
+        with contextlib.suppress(OSError):
+            remove_tree(self.root)
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+def _open_dir(name: str | Path, dir_fd: int | None = None) -> int:
+    """Open a folder, never through a link; one the kernel made unreadable is made readable
+    first (the grader owns it when grading runs as root or as the kernel's own uid)."""
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    except PermissionError:
+        os.chmod(name, 0o700, dir_fd=dir_fd, follow_symlinks=False)
+        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+
+
+def remove_tree(path: Path, keep_root: bool = False) -> None:
+    """Delete ``path`` and everything below it without following a symbolic link.
+
+    Iterative, one directory file descriptor open at a time (plus its parent while going
+    up): 2,500 nested folders cost neither recursion nor file descriptors, and a link the
+    kernel planted anywhere below (``out/`` replaced by a link to ``submitted/``) is
+    removed as a link, never followed. ``path`` itself must be a real folder (``O_NOFOLLOW``:
+    a link there raises ``OSError``). With ``keep_root`` only its contents go.
+    """
+    fd = _open_dir(path)
+    root = os.fstat(fd)
+    names: list[str] = []  # the folders entered below path, in order
+    pending: list[list[str]] = [[]]  # per level: sub-folders still to remove
+    try:
+        while True:
+            subdirs = pending[-1]
+            if not subdirs:
+                with os.scandir(fd) as it:
+                    for entry in it:
+                        if entry.is_dir(follow_symlinks=False):
+                            subdirs.append(entry.name)
+                        else:
+                            os.unlink(entry.name, dir_fd=fd)
+            if subdirs:
+                name = subdirs[-1]
+                try:
+                    child = _open_dir(name, dir_fd=fd)
+                except FileNotFoundError:
+                    subdirs.pop()
+                    continue
+                os.close(fd)
+                fd = child
+                names.append(name)
+                pending.append([])
+                continue
+            # this folder is empty: go up and remove it there
+            pending.pop()
+            if not names:
+                break
+            parent = os.open("..", _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = parent
+            name = names.pop()
+            pending[-1].pop()
+            os.rmdir(name, dir_fd=fd)
+            here = os.fstat(fd)
+            if not names and (here.st_ino, here.st_dev) != (root.st_ino, root.st_dev):
+                raise OSError(f"remove_tree: {path} was moved while it was being removed")
+    finally:
+        os.close(fd)
+    if not keep_root:
+        os.rmdir(path)
 
 
 _HARMLESS_DIRS = {".ipynb_checkpoints"}  # Jupyter's autosaves (never given to the kernel)
@@ -350,6 +452,10 @@ def command(
     """The bwrap command line that runs ``argv`` (a kernel) inside ``sandbox``.
 
     With ``log``, the process's stdout and stderr go to ``run/kernel.log``.
+
+    Long: the command line is written out in the order bwrap applies it (namespaces,
+    system, private /tmp, read-only binds, the kernel's three writable folders, links,
+    environment), so that one reading shows everything the kernel will see.
     """
     bwrap = bwrap_path()
     if bwrap is None:
@@ -388,8 +494,16 @@ def command(
     ]
     for p in ro:
         cmd += ["--ro-bind", str(p), str(p)]
-    inbox = str(sandbox.exchange / "in")
-    cmd += ["--bind", str(sandbox.root), str(sandbox.root), "--ro-bind", inbox, inbox]
+    # The kernel may write in work/, run/ and exchange/out/ only, and none of the three can
+    # be renamed or replaced from inside (each is a mount point in a read-only parent): the
+    # grader, which reads and clears them as the staff user when grading is not run as
+    # root, never meets a link the kernel put in their place.
+    root, inbox = str(sandbox.root), str(sandbox.exchange / "in")
+    cmd += ["--ro-bind", root, root]
+    for rw in (sandbox.work, sandbox.run, sandbox.exchange / "out"):
+        cmd += ["--bind", str(rw), str(rw)]
+    cmd += ["--ro-bind", inbox, inbox]
+    cmd += _link_binds(ro)
     cmd += ["--chdir", str(sandbox.work)]
     env = {
         "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin", "/bin"]),
@@ -425,8 +539,9 @@ def unavailable() -> str | None:
     box = Sandbox(slot=0)
     try:
         probe = (  # finds the course package without importing torch: ~0.1 s
-            "import importlib.util as u, os, sys; "
-            "assert u.find_spec('attnlib') and u.find_spec('torch'); "
+            "import importlib.util as u, os, sys\n"
+            "missing = [n for n in ('attnlib', 'torch') if u.find_spec(n) is None]\n"
+            "if missing: sys.exit('KV-PROBE cannot import ' + ', '.join(missing))\n"
             "sys.stdout.write(str(os.getuid()))"
         )
         argv = box.command([sys.executable, "-c", probe], log=False)
@@ -435,13 +550,33 @@ def unavailable() -> str | None:
         except (OSError, subprocess.TimeoutExpired) as err:
             return f"bwrap could not start: {err}"
         if done.returncode != 0:
-            tail = (done.stderr.strip().splitlines() or ["no message"])[-1]
-            return f"bwrap could not start a sandbox here: {tail}"
+            return _probe_failure(done.stderr)
         if box.uid is not None and done.stdout.strip() != str(box.uid):
             return f"the sandbox did not switch to uid {box.uid} (got {done.stdout.strip()!r})"
         return None
     finally:
         box.cleanup()
+
+
+def _probe_failure(stderr: str) -> str:
+    """Why the probe failed, naming the path the sandbox could not use when that is why."""
+    lines = stderr.strip().splitlines() or ["no message"]
+    tail = lines[-1]
+    bound = ", ".join(str(p) for p in readonly_paths())
+    if any("KV-PROBE cannot import" in ln for ln in lines):
+        what = next(ln for ln in lines if "KV-PROBE" in ln).split("cannot import ", 1)[1]
+        where = ", ".join(str(p) for p in _package_dirs(resolve=False)) or "not found"
+        return (
+            f"{what} cannot be imported inside the sandbox (attnlib is installed from "
+            f"{where}; the sandbox binds read-only: {bound})"
+        )
+    if "execvp" in stderr or "No such file" in tail or "Can't" in tail:
+        return (
+            f"the sandbox could not use the path in this message: {tail} (python is "
+            f"{sys.executable}, real path {Path(sys.executable).resolve()}; the sandbox "
+            f"binds read-only: {bound})"
+        )
+    return f"bwrap could not start a sandbox here: {tail}"
 
 
 class SandboxKernelManager(AsyncKernelManager):
@@ -463,6 +598,20 @@ class SandboxKernelManager(AsyncKernelManager):
         self.connection_file = str(sandbox.run / "kernel.json")
         if self.kernel_spec is not None:
             self.kernel_spec.interrupt_mode = "message"
+
+    def write_connection_file(self, **kwargs):
+        """Write the connection file, never through a link the kernel left in run/.
+
+        run/ is the kernel's: before a restart it could replace ``kernel.json`` by a link
+        to a file of the staff user, which a plain write would follow.
+        """
+        if self.sandbox is not None and self.connection_file:
+            path = Path(self.connection_file)
+            with contextlib.suppress(FileNotFoundError):
+                if not stat.S_ISREG(os.lstat(path).st_mode) or os.lstat(path).st_nlink != 1:
+                    os.unlink(path)
+                    self._connection_file_written = False
+        return super().write_connection_file(**kwargs)
 
     def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
         cmd = super().format_kernel_cmd(extra_arguments)
