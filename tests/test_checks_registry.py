@@ -90,6 +90,54 @@ def test_required_exercises_and_ids_are_registered():
         assert ids <= have, f"{name} misses {sorted(ids - have)}"
 
 
+def _checked_in_lessons() -> dict[str, set[str]]:
+    """Exercise name -> the lessons whose cells check it (``check``, ``check_hidden``, or a
+    lesson's own checking helper called with the exercise's name as a string)."""
+    import json
+    import re
+
+    from conftest import NOTEBOOKS
+
+    names = set(EXERCISES)
+    found: dict[str, set[str]] = {}
+    for path in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
+        for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+            if cell["cell_type"] != "code":
+                continue
+            src = "".join(cell["source"])
+            for quoted in re.findall(r"""\(\s*["']([a-z_0-9]+)["']""", src):
+                if quoted in names:
+                    found.setdefault(quoted, set()).add(path.stem)
+    return found
+
+
+def test_every_exercise_is_checked_by_a_lesson_and_every_check_is_registered():
+    # an exercise no lesson checks is dead weight (or a lesson lost its check cell); a name
+    # a lesson checks that the registry does not know fails only when that cell runs
+    import json
+    import re
+
+    from conftest import NOTEBOOKS
+
+    used = _checked_in_lessons()
+    orphans = [
+        n
+        for n in EXERCISES
+        if n not in used
+        and not any(p in used for p in checks.parts(n))
+        and not any(n in checks.parts(w) for w in used)
+    ]
+    assert orphans == [], f"registered but checked by no lesson: {orphans}"
+    unknown = []
+    for path in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
+        for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+            src = "".join(cell["source"]) if cell["cell_type"] == "code" else ""
+            for name in re.findall(r"""checks\.check(?:_hidden)?\(\s*["']([^"']+)["']""", src):
+                if name not in EXERCISES:
+                    unknown.append(f"{path.stem}: {name}")
+    assert unknown == [], f"lessons check exercises nobody registered: {unknown}"
+
+
 @pytest.mark.parametrize("name", EXERCISES)
 def test_every_misconception_has_an_explanation_and_a_variant(name):
     for m in get_exercise(name).misconceptions:
