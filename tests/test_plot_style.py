@@ -268,15 +268,16 @@ def test_series_differ_in_colour_and_marker():
     assert len(set(hatches)) == 3  # one hatch per series
     fig = plot.feature_spaces(
         {"keys": rng.standard_normal((40, 2))},
-        {"name": np.arange(40) % 10},
+        {"name": np.arange(40) % 10, "number": np.arange(40) % 5},
         names={"name": [f"n{i}" for i in range(10)]},
     )
-    ax = fig.axes[0]
+    ax = fig.axes[0]  # 10 groups, more than 8 colours: each group named, no colour reused
     assert sorted(t.get_text() for t in ax.texts) == sorted(f"n{i}" for i in range(10))
-    (dots,) = ax.collections
-    np.testing.assert_array_equal(dots.get_offsets(), fig.axes[0].collections[0].get_offsets())
+    dots = ax.collections[0]
+    assert len({mpl.colors.to_hex(c) for c in dots.get_facecolor()}) == 1
+    (dots,) = fig.axes[1].collections  # 5 groups: a marker and a colour each, and a legend
     shapes = {p.vertices.round(3).tobytes() for p in dots.get_paths()}
-    assert len(shapes) == 8  # markers, not colour alone (8 shapes, 10 groups: colours too)
+    assert len(shapes) == 5 and len(fig.axes[1].get_legend().legend_handles) == 5
 
 
 def test_multi_panel_figures_can_be_split():
@@ -392,3 +393,229 @@ def test_use_course_style_is_the_one_global_change():
         assert fig.dpi >= 150 and ax.xaxis.get_ticklabels()[0].get_fontsize() >= 10
     finally:
         mpl.rcParams.update(saved)
+
+
+# --------------------------------------------------------------------------- colour vision
+#
+# Simulated colour-vision deficiency (CVD). Machado, Oliveira & Fernandes (2009), "A
+# Physiologically-based Model for Simulation of Color Vision Deficiency", IEEE TVCG 15(6):
+# one 3 x 3 matrix per deficiency, applied to linear RGB; these are their severity-1.0
+# (dichromat) matrices. Two colours count as apart when their CIELAB distance (ΔE*76, D65)
+# is at least CVD_MIN_DELTA_E under every simulation. The threshold: ΔE ≈ 2.3 is a just
+# noticeable difference side by side under ideal viewing; small marks on a washed-out
+# projector need far more. The Okabe–Ito palette, designed to stay distinct under the three
+# dichromacies, keeps every pair of its eight colours at ΔE ≥ 16 in these simulations
+# (tritanopia: bluish green vs sky blue, 16.1), so a pair below 15 is closer than any pair
+# that palette allows. Use :func:`cvd_close_pairs` on any figure's colours.
+
+MACHADO_2009 = {
+    "protanopia": np.array(
+        [
+            [0.152286, 1.052583, -0.204868],
+            [0.114503, 0.786281, 0.099216],
+            [-0.003882, -0.048116, 1.051998],
+        ]
+    ),
+    "deuteranopia": np.array(
+        [
+            [0.367322, 0.860646, -0.227968],
+            [0.280085, 0.672501, 0.047413],
+            [-0.011820, 0.042940, 0.968881],
+        ]
+    ),
+    "tritanopia": np.array(
+        [
+            [1.255528, -0.076749, -0.178779],
+            [-0.078411, 0.930809, 0.147602],
+            [0.004733, 0.691367, 0.303900],
+        ]
+    ),
+}
+CVD_MIN_DELTA_E = 15.0
+_SRGB_TO_XYZ = np.array(
+    [
+        [0.4124564, 0.3575761, 0.1804375],
+        [0.2126729, 0.7151522, 0.0721750],
+        [0.0193339, 0.1191920, 0.9503041],
+    ]
+)
+
+
+def _linear_rgb(colour) -> np.ndarray:
+    c = np.asarray(mpl.colors.to_rgb(colour), dtype=float)
+    return np.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)
+
+
+def _lab(linear_rgb: np.ndarray) -> np.ndarray:
+    white = _SRGB_TO_XYZ @ np.ones(3)
+    xyz = _SRGB_TO_XYZ @ np.clip(linear_rgb, 0.0, 1.0) / white
+    d = 6 / 29
+    f = np.where(xyz > d**3, np.cbrt(xyz), xyz / (3 * d**2) + 4 / 29)
+    return np.array([116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])])
+
+
+def simulate_cvd(colour, deficiency: str | None) -> np.ndarray:
+    """CIELAB of ``colour`` as seen with ``deficiency`` (None: normal vision)."""
+    rgb = _linear_rgb(colour)
+    return _lab(rgb if deficiency is None else MACHADO_2009[deficiency] @ rgb)
+
+
+def cvd_delta_e(a, b, deficiency: str | None) -> float:
+    return float(np.linalg.norm(simulate_cvd(a, deficiency) - simulate_cvd(b, deficiency)))
+
+
+def cvd_close_pairs(
+    colours, threshold: float = CVD_MIN_DELTA_E
+) -> list[tuple[str, str, str, float]]:
+    """Pairs of distinct colours closer than ``threshold`` under normal vision or any
+    simulated dichromacy: (colour, colour, deficiency, ΔE). Empty when all stay apart."""
+    unique = list(dict.fromkeys(mpl.colors.to_hex(c) for c in colours))
+    close = []
+    for i, a in enumerate(unique):
+        for b in unique[i + 1 :]:
+            for deficiency in (None, *MACHADO_2009):
+                d = cvd_delta_e(a, b, deficiency)
+                if d < threshold:
+                    close.append((a, b, deficiency or "normal", round(d, 1)))
+    return close
+
+
+def _handle_colour(handle):
+    from matplotlib.container import BarContainer, ErrorbarContainer
+
+    if isinstance(handle, ErrorbarContainer):
+        handle = handle.lines[0]
+    if isinstance(handle, BarContainer):
+        handle = handle.patches[0]
+    if isinstance(handle, mpl.lines.Line2D):
+        return (
+            handle.get_color()
+            if handle.get_linestyle() not in ("None", "none", "")
+            else handle.get_markerfacecolor()
+        )
+    if isinstance(handle, mpl.patches.Patch):
+        return handle.get_facecolor()
+    if isinstance(handle, mpl.collections.Collection):
+        fc = handle.get_facecolor()
+        return fc[0] if len(fc) else None
+    return None
+
+
+def _neutral_grey(colour) -> bool:
+    r, g, b = mpl.colors.to_rgb(colour)
+    return abs(r - g) < 0.02 and abs(g - b) < 0.02 and 0.05 < r < 0.98
+
+
+def distinguished_colours(ax) -> list:
+    """The colours a reader must tell apart in one Axes: its legend entries' colours, or,
+    without a legend, the colours of its bars (one colour per bar). Neutral greys are left
+    out: the course draws reference lines (chance, a level) in grey, told apart by their line
+    style and label rather than by colour; black, an Okabe–Ito colour, stays in."""
+    legend = ax.get_legend()
+    if legend is not None:
+        colours = [_handle_colour(h) for h in legend.legend_handles]
+        return [c for c in colours if c is not None and not _neutral_grey(c)]
+    return [
+        p.get_facecolor()
+        for p in ax.patches
+        if isinstance(p, mpl.patches.Rectangle) and p.get_width() > 0
+    ][:16]
+
+
+def test_the_threshold_is_the_okabe_ito_margin():
+    deficiencies = (None, *MACHADO_2009)
+    smallest = min(
+        cvd_delta_e(a, b, d)
+        for i, a in enumerate(OKABE_ITO)
+        for b in OKABE_ITO[i + 1 :]
+        for d in deficiencies
+    )
+    assert 15.0 <= smallest < 17.0, smallest  # 16.1: bluish green vs sky blue, tritanopia
+    assert cvd_close_pairs(OKABE_ITO) == []
+    # matplotlib's default red and green, the classic confusion, merge under deuteranopia
+    bad = cvd_close_pairs(["#D62728", "#2CA02C"])
+    assert [d for _, _, d, _ in bad] == ["deuteranopia"], bad
+
+
+def test_the_colours_each_figure_distinguishes_stay_apart_under_cvd(drawn):
+    name, fig = drawn
+    for ax in fig.axes:
+        close = cvd_close_pairs(distinguished_colours(ax))
+        assert not close, f"{name}, panel {ax.get_title()!r}: colours merge: {close}"
+
+
+def test_key_bars_follow_their_arrow_colours():
+    from attnlib.explorers.dot import dot_state
+
+    fig, (ax_v, ax_s) = plot.subplots(1, 2)
+    keys = np.array([[2.0, 1.0], [-1.0, 2.0], [-2.0, -1.0]])
+    plot.vectors(np.vstack([[4.0, 2.0], keys]), labels=["query", "a", "b", "c"], ax=ax_v)
+    plot.bars(keys @ [4.0, 2.0], ["a", "b", "c"], ax=ax_s, highlight=0, colors=plot.PALETTE[1:4])
+    arrows = [
+        mpl.colors.to_hex(t.arrow_patch.get_edgecolor())
+        for t in ax_v.texts
+        if getattr(t, "arrow_patch", None) is not None
+    ]
+    bars = [mpl.colors.to_hex(p.get_facecolor()) for p in ax_s.patches]
+    assert arrows[1:] == bars
+    assert ax_s.patches[0].get_hatch() == "//"  # the highlight keeps its colour, gains hatching
+    with pytest.raises(ValueError, match="2 colors for 3 values"):
+        plot.bars([1.0, 2.0, 3.0], colors=plot.PALETTE[:2])
+    assert dot_state(30.0, keys).scores.shape == (3,)
+
+
+def _label_overlaps(fig) -> list[tuple[str, str]]:
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    found = []
+    for ax in fig.axes:
+        texts = [t for t in ax.texts if t.get_text()]
+        boxes = [t.get_window_extent(renderer) for t in texts]
+        for i in range(len(boxes)):
+            for j in range(i + 1, len(boxes)):
+                if boxes[i].overlaps(boxes[j]):
+                    found.append((texts[i].get_text(), texts[j].get_text()))
+    return found
+
+
+def test_feature_spaces_labels_never_overlap_and_no_colour_is_reused():
+    rng = np.random.default_rng(5)
+    names = [f"name{i:02d}" for i in range(16)]
+    centres = rng.standard_normal((16, 2)) * 0.4  # crowded: many names close together
+    lab = np.repeat(np.arange(16), 8)
+    pts = centres[lab] + 0.05 * rng.standard_normal((128, 2))
+    numbers = np.tile(np.arange(8), 16)
+    fig = plot.feature_spaces(
+        {"scores": pts}, {"name": lab, "number": numbers}, names={"name": names}
+    )
+    assert _label_overlaps(fig) == []
+    by_name, by_number = fig.axes[:2]
+    assert sorted(t.get_text() for t in by_name.texts) == names  # 16 groups: named, not coloured
+    assert len({mpl.colors.to_hex(c) for c in by_name.collections[0].get_facecolor()}) == 1
+    handles = by_number.get_legend().legend_handles  # 8 groups: one colour and marker each
+    looks = {(mpl.colors.to_hex(_handle_colour(h)), h.get_marker()) for h in handles}
+    assert len(looks) == 8 and len({c for c, _ in looks}) == 8
+    assert cvd_close_pairs([c for c, _ in looks]) == []
+
+
+def test_the_query_explorer_labels_values_on_one_line_apart():
+    from attnlib.explorers.query import query_state, render_query
+
+    keys = np.array([[0.0, 0, 1], [1, 0, 0], [0, 1, 0], [0, 0, 1], [0, 0, 1], [1, 0, 0]])
+    values = np.array([[0.0, 0], [1, 0], [0, 1], [0, 0], [0.5, 0], [1, 0]])
+    words = ["the", "cats", "chase", "a", "small", "mouse"]
+    state = query_state(
+        0.0, keys=keys, values=values, plane=np.eye(3)[[0, 2]], length=4.0, labels=words
+    )
+    captured = []
+    real = plt.Figure.savefig
+
+    def keep(fig, *args, **kwargs):
+        captured.append(fig)
+        return real(fig, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(plt.Figure, "savefig", keep)
+        render_query(state)
+    assert captured, "render_query did not draw a figure"
+    assert _label_overlaps(captured[0]) == []

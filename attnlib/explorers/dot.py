@@ -80,7 +80,7 @@ def dot_state(angle: float, keys, *, length: float = 1.0, labels=None) -> DotSta
 
 def render_dot(state: DotState) -> bytes:
     """The explorer's figure: arrows of the query and keys (left), the scores (right)."""
-    from attnlib.plot import bars, vectors
+    from attnlib.plot import PALETTE, bars, vectors
 
     limit = float(np.linalg.norm(state.keys, axis=-1).max() * np.linalg.norm(state.query))
 
@@ -97,9 +97,10 @@ def render_dot(state: DotState) -> bytes:
             labels=list(state.labels),
             ax=ax_s,
             highlight=int(np.argmax(state.scores)),
+            colors=[PALETTE[(j + 1) % len(PALETTE)] for j in range(len(state.scores))],
             ylabel="score  q · k",
             title="scores",
-        )
+        )  # each key's bar in its arrow's colour (the query's arrow has PALETTE[0])
         ax_s.set_ylim(-1.1 * limit, 1.1 * limit)
 
     return figure_png(draw, (8.0, 3.2))

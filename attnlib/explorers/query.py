@@ -242,8 +242,24 @@ def render_query(state: QueryState) -> bytes:
             at = names.setdefault((float(x), float(y)), [])
             if name not in at:
                 at.append(name)
-        for (x, y), at in names.items():
-            ax_v.annotate(", ".join(at), (x, y), textcoords="offset points", xytext=(6, 4))
+        # Points on one horizontal line would label into each other: along each line, from
+        # left to right, labels go alternately above and below their point, each pair one
+        # text line further out.
+        ordered = sorted(names.items(), key=lambda kv: (kv[0][1], kv[0][0]))
+        rank = [
+            sum(1 for (_, y0), _ in ordered[:i] if y0 == y) for i, ((_, y), _) in enumerate(ordered)
+        ]
+        for i, ((x, y), at) in zip(rank, ordered, strict=True):
+            above = i % 2 == 0
+            out = 9 + 14 * (i // 2)
+            ax_v.annotate(
+                ", ".join(at),
+                (x, y),
+                textcoords="offset points",
+                xytext=(0, out if above else -out),
+                ha="center",
+                va="bottom" if above else "top",
+            )
         ax_v.scatter([o[0]], [o[1]], marker="*", s=260, color=PALETTE[1], label="output")
         lim = max(1.4, 1.2 * float(np.abs(v).max()))
         ax_v.set_xlim(-lim, lim)

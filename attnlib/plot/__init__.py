@@ -92,17 +92,16 @@ __all__ += [
 # Lessons 05 and 06: keys versus values, learning keys.
 from attnlib.plot._learning import (  # noqa: E402
     entropy_curve,
-    feature_spaces,
     grad_norm_curves,
     learning_curves,
 )
 
-__all__ += ["entropy_curve", "feature_spaces", "grad_norm_curves", "learning_curves"]
+__all__ += ["entropy_curve", "grad_norm_curves", "learning_curves"]
 
-# Lesson 05: how wide must a tied K = V head be?
-from attnlib.plot._lookup import width_sweep  # noqa: E402
+# Lesson 05: how wide must a tied K = V head be; key and value spaces.
+from attnlib.plot._lookup import feature_spaces, width_sweep  # noqa: E402
 
-__all__ += ["width_sweep"]
+__all__ += ["feature_spaces", "width_sweep"]
 
 # Lessons 10–12: decoding cost, blockwise memory, positions.
 from attnlib.plot._decoding import cost_curves, position_codes, score_vs_offset  # noqa: E402

@@ -355,11 +355,14 @@ def bars(
     title=None,
     ylabel=None,
     highlight: int | None = None,
+    colors: Sequence[str] | None = None,
 ):
     """Bar chart of one vector (e.g. one query's scores or weights over the keys).
 
     ``highlight`` marks one bar by colour *and* hatching (vermillion, hatched), so the mark
-    survives a colour-blind reader and a black-and-white print.
+    survives a colour-blind reader and a black-and-white print. ``colors`` gives each bar
+    its own colour (e.g. the colours of the keys' arrows in :func:`vectors`); a highlighted
+    bar then keeps its colour and is marked by hatching and a black edge.
     """
     v = as_numpy(values)
     if v.ndim != 1:
@@ -368,8 +371,11 @@ def bars(
         raise ValueError(f"bars: {len(labels)} labels for {len(v)} values")
     ax = new_axes(ax, figsize=fit_width(0.62 * len(v) + 2.2, 3.2))
     with course_style():
-        colors = [PALETTE[1] if i == highlight else PALETTE[0] for i in range(len(v))]
-        drawn = ax.bar(range(len(v)), v, color=colors, edgecolor="white", linewidth=0.5)
+        if colors is not None and len(colors) != len(v):
+            raise ValueError(f"bars: {len(colors)} colors for {len(v)} values")
+        if colors is None:
+            colors = [PALETTE[1] if i == highlight else PALETTE[0] for i in range(len(v))]
+        drawn = ax.bar(range(len(v)), v, color=list(colors), edgecolor="white", linewidth=0.5)
         if highlight is not None and 0 <= highlight < len(v):
             drawn[highlight].set_hatch("//")
             drawn[highlight].set_edgecolor("black")
