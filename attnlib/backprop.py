@@ -95,6 +95,23 @@ def attention_backward(q, k, v, d_out, mask=None, scale=None):
     dq : ndarray of shape (..., seq_q, d_k)
     dk : ndarray of shape (..., seq_k, d_k)
     dv : ndarray of shape (..., seq_k, d_v)
+
+    See Also
+    --------
+    ManualAttention : wraps it for torch's autograd and gradcheck.
+    attnlib.attend : the forward pass.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v, d_out = rng.standard_normal((4, 3, 2))
+    >>> tq, tk, tv = (torch.tensor(a, requires_grad=True) for a in (q, k, v))
+    >>> out, _ = attend(tq, tk, tv)
+    >>> out.backward(torch.tensor(d_out))
+    >>> dq, dk, dv = attention_backward(q, k, v, d_out)
+    >>> all(np.allclose(mine, t.grad.numpy()) for mine, t in zip((dq, dk, dv), (tq, tk, tv)))
+    True
     """
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     _, A = attend(q, k, v, mask=mask, scale=scale)  # (..., seq_q, seq_k)
@@ -133,6 +150,19 @@ def projection_grads(x_q, x_kv, W_q, W_k, W_v, d_out, mask=None):
     -------
     dW_q, dW_k, dW_v : ndarrays shaped like W_q, W_k, W_v
         For example ``dW_k = Σ_batch x_kvᵀ dk``.
+
+    See Also
+    --------
+    attention_backward : the gradients at q, k and v it starts from.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> x, W_q, W_k, W_v = rng.standard_normal((1, 4, 3)), *rng.standard_normal((3, 3, 2))
+    >>> d_out = rng.standard_normal((1, 4, 2))
+    >>> [g.shape for g in projection_grads(x, x, W_q, W_k, W_v, d_out)]
+    [(3, 2), (3, 2), (3, 2)]
     """
     q, k, v = x_q @ W_q, x_kv @ W_k, x_kv @ W_v  # (batch, seq, d_k or d_v)
     dq, dk, dv = attention_backward(q, k, v, d_out, mask=mask)
@@ -143,7 +173,13 @@ def projection_grads(x_q, x_kv, W_q, W_k, W_v, d_out, mask=None):
 
 
 class ManualAttention(torch.autograd.Function):
-    """``attend`` whose backward pass is :func:`attention_backward` (numpy) — for gradcheck."""
+    """``attend`` whose backward pass is :func:`attention_backward` (numpy) — for gradcheck.
+
+    See Also
+    --------
+    manual_attention : calls ``ManualAttention.apply``.
+    attention_backward : its backward pass.
+    """
 
     @staticmethod
     def forward(ctx, q, k, v, mask=None):
@@ -163,7 +199,20 @@ class ManualAttention(torch.autograd.Function):
 
 
 def manual_attention(q, k, v, mask=None):
-    """``attend(q, k, v, mask)[0]`` for torch tensors, differentiated by the numpy backward."""
+    """``attend(q, k, v, mask)[0]`` for torch tensors, differentiated by the numpy backward.
+
+    See Also
+    --------
+    attention_backward : the backward pass it uses.
+
+    Examples
+    --------
+    >>> g = torch.Generator().manual_seed(0)
+    >>> make = dict(generator=g, dtype=torch.float64, requires_grad=True)
+    >>> q, k, v = (torch.randn(1, 3, 2, **make) for _ in range(3))
+    >>> torch.autograd.gradcheck(manual_attention, (q, k, v))
+    True
+    """
     return ManualAttention.apply(q, k, v, mask)
 
 
@@ -205,6 +254,11 @@ def fit_attention_pattern(
         The student's matrices (detached).
     History
         ``loss`` per step.
+
+    See Also
+    --------
+    attention_backward : the gradients such a fit follows.
+    attnlib.training.train : the loop it runs.
     """
     fn = "fit_attention_pattern"
     for name, t in (("x", x), ("W_q_teacher", W_q_teacher), ("W_k_teacher", W_k_teacher)):

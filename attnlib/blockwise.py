@@ -62,6 +62,22 @@ def online_softmax_update(m, l, acc, s_block, v_block):
     m_new, l_new, acc_new : arrays of the shapes of m, l, acc
         The state after this block. ``acc_new / l_new`` is the attention output over
         every key seen so far.
+
+    See Also
+    --------
+    blockwise_attend : runs this update over every block of keys.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> s, v = rng.standard_normal((1, 6)), rng.standard_normal((6, 2))   # one query, 6 keys
+    >>> m, l, acc = np.full((1, 1), -np.inf), np.zeros((1, 1)), np.zeros((1, 2))
+    >>> for j in (0, 2, 4):                                  # blocks of 2 keys
+    ...     m, l, acc = online_softmax_update(m, l, acc, s[:, j : j + 2], v[j : j + 2])
+    >>> w = np.exp(s - s.max()) / np.exp(s - s.max()).sum()
+    >>> np.allclose(acc / l, w @ v)
+    True
     """
     ops = B.ops_for(s_block)
     m_new = ops.maximum(m, ops.amax(s_block, -1))  # (..., seq_q, 1): 1. update the running max
@@ -137,6 +153,20 @@ def blockwise_attend(
     -------
     out : same kind and dtype as q, shape (..., seq_q, d_v)
         No weights: they are never stored. A query with no visible key gets 0.
+
+    See Also
+    --------
+    attnlib.attend : the explicit path, which also returns the weights.
+    explicit_attend : that path, named for comparisons.
+    torch.nn.functional.scaled_dot_product_attention : torch's fused kernels work by tiles too.
+
+    Examples
+    --------
+    >>> g = torch.Generator().manual_seed(0)
+    >>> q, k, v = (torch.randn(2, 10, 8, generator=g) for _ in range(3))
+    >>> out = blockwise_attend(q, k, v, causal=True, block_q=4, block_k=3)
+    >>> torch.allclose(out, explicit_attend(q, k, v, causal=True), atol=1e-6)
+    True
     """
     batch = tuple(torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]))
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
@@ -179,6 +209,11 @@ def explicit_attend(q, k, v, *, causal: bool = False, align: str = "top_left", s
 
     ``attnlib.attend(q, k, v, causal=causal, align=align)[0]``, named here so that lesson
     11 and the benchmark compare the two paths by name.
+
+    See Also
+    --------
+    blockwise_attend : the tiled path.
+    attnlib.attend : what this calls.
     """
     from attnlib.core import attend
 
@@ -192,6 +227,16 @@ def peak_bytes(fn: Callable, *args, **kwargs) -> int:
     temporaries and the result a computation creates — deterministic, unlike the
     process's resident size. The inputs, allocated before the call, are not counted.
     Torch tensors are not traced: measure the numpy version of the computation.
+
+    See Also
+    --------
+    blockwise_attend : whose memory it measures in lesson 11.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> peak_bytes(np.zeros, (1000,)) >= 8000              # the result's 8000 bytes at least
+    True
     """
     was_tracing = tracemalloc.is_tracing()
     if not was_tracing:

@@ -148,6 +148,20 @@ def softmax(x, axis: int = -1, mask=None):
     -------
     weights : same kind, shape and dtype as x
         Non-negative; each row along ``axis`` sums to 1 (or 0 if fully masked).
+
+    See Also
+    --------
+    attend : softmax of the scores, then the weighted sum of the values.
+    torch.softmax : the same for torch tensors, without a mask.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> softmax(np.array([1.0, 2.0, 3.0])).round(3)
+    array([0.09 , 0.245, 0.665])
+    >>> softmax(np.zeros((2, 3)), mask=np.array([[True, True, False], [False, False, False]]))
+    array([[0.5, 0.5, 0. ],
+           [0. , 0. , 0. ]])
     """
     ops = B.ops_for(x)
     if not B.is_float(x):  # an int input becomes float (torch's default dtype / float64)
@@ -175,6 +189,20 @@ def scores(q, k, scale=None):
     scores : same kind and dtype as q, shape (..., seq_q, seq_k)
         Row i, column j is how well query i matches key j. fp16/bf16 are accumulated
         in fp32.
+
+    See Also
+    --------
+    attend : scores, softmax and the weighted values in one call.
+    softmax : turns these scores into weights.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> q = np.array([[1.0, 0.0], [0.0, 1.0]])            # (seq_q, d_k)
+    >>> k = np.array([[1.0, 0.0], [1.0, 1.0], [0.0, 2.0]])  # (seq_k, d_k)
+    >>> scores(q, k, scale=1.0)                           # (seq_q, seq_k)
+    array([[1., 1., 0.],
+           [0., 1., 2.]])
     """
     ops = B.ops_for(q)
     work = ops.work_dtype(q)
@@ -213,6 +241,28 @@ def attend(q, k, v, mask=None, *, causal: bool = False, align: str = "top_left",
     weights : same kind and dtype as q, shape (..., seq_q, seq_k)
         Post-softmax weights; each row sums to 1, a fully masked row is all 0
         (and its ``out`` row is 0).
+
+    See Also
+    --------
+    attnlib.blockwise.blockwise_attend : the same output tile by tile, without the weights.
+    attnlib.kv_cache.grouped_attend : query heads sharing key/value heads (GQA, MQA).
+    attnlib.MultiHeadAttention : projections, heads and ``W_o`` around this function.
+    torch.nn.functional.scaled_dot_product_attention : torch's fused version (no weights
+        returned); same mask convention, True = may attend.
+
+    Examples
+    --------
+    >>> import torch
+    >>> g = torch.Generator().manual_seed(0)
+    >>> q, k, v = (torch.randn(2, 4, 8, generator=g) for _ in range(3))  # (batch, seq, d)
+    >>> out, weights = attend(q, k, v, causal=True)
+    >>> tuple(out.shape), tuple(weights.shape)
+    ((2, 4, 8), (2, 4, 4))
+    >>> torch.allclose(weights.sum(-1), torch.ones(2, 4))  # every row sums to 1
+    True
+    >>> sdpa = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    >>> torch.allclose(out, sdpa, atol=1e-6)
+    True
     """
     seq_q, seq_k = q.shape[-2], k.shape[-2]
     if causal:

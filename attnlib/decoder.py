@@ -81,6 +81,21 @@ class CausalSelfAttention(nn.Module):
     :class:`attnlib.kv_cache.RollingKVCache` is enough. ``own_kv=False``: the layer has no
     ``W_k``/``W_v`` (both None) and attends with the keys and values of an earlier layer,
     passed as ``kv`` (cross-layer KV sharing).
+
+    See Also
+    --------
+    TinyDecoder : the model built from these layers.
+    attnlib.kv_cache.grouped_attend : the attention with ``use_sdpa = False``.
+
+    Examples
+    --------
+    >>> _ = torch.manual_seed(0)
+    >>> layer = CausalSelfAttention(d_model=16, n_heads=4, n_kv_heads=2)
+    >>> x = torch.randn(1, 5, 16)                          # (batch, seq, d_model)
+    >>> cache = KVCache(1, 2, d_k=layer.d_head)
+    >>> steps = torch.cat([layer(x[:, t : t + 1], cache) for t in range(5)], dim=1)
+    >>> torch.allclose(layer(x), steps, atol=1e-5)  # cached steps = the whole sequence
+    True
     """
 
     def __init__(
@@ -236,6 +251,20 @@ class TinyDecoder(nn.Module):
         caching ``d_latent + d_rope`` numbers per token; not combined with the other options.
     d_rope : int, default 0
         Decoupled rotary key of the latent layers.
+
+    See Also
+    --------
+    generate : greedy decoding with this model.
+    CausalSelfAttention : its attention layers.
+
+    Examples
+    --------
+    >>> _ = torch.manual_seed(0)
+    >>> model = TinyDecoder(vocab_size=11, d_model=16, n_heads=4, n_kv_heads=2, n_layers=2)
+    >>> model(torch.tensor([[1, 2, 3]])).shape             # (batch, seq, vocab_size)
+    torch.Size([1, 3, 11])
+    >>> model.cache_bytes(100)  # 2 layers · 2 heads · (4 + 4) numbers · 4 bytes · 100
+    12800
     """
 
     def __init__(
@@ -431,6 +460,10 @@ class Generation(NamedTuple):
     logits : Tensor of shape (batch, n_new, vocab_size)
         The logits each new token was chosen from.
     caches : list of KVCache or None
+
+    See Also
+    --------
+    generate : makes one.
     """
 
     tokens: torch.Tensor
@@ -474,6 +507,20 @@ def generate(model: TinyDecoder, prompt: torch.Tensor, n_new: int, *, use_cache:
     Generation
         ``tokens`` (batch, prompt_len + n_new), ``logits`` (batch, n_new, vocab_size),
         ``caches`` (None without the cache).
+
+    See Also
+    --------
+    TinyDecoder : the model it decodes with.
+    attnlib.kv_cache.KVCache : what ``use_cache=True`` keeps.
+
+    Examples
+    --------
+    >>> _ = torch.manual_seed(0)
+    >>> model = TinyDecoder(vocab_size=11, d_model=16, n_heads=4, n_layers=1)
+    >>> prompt = torch.tensor([[1, 2, 3]])
+    >>> fast, slow = generate(model, prompt, 4), generate(model, prompt, 4, use_cache=False)
+    >>> fast.tokens.shape, torch.equal(fast.tokens, slow.tokens)
+    (torch.Size([1, 7]), True)
     """
     batch, prompt_len = prompt.shape
     total = prompt_len + n_new

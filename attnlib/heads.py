@@ -59,6 +59,11 @@ def split_heads(x, n_heads: int):
     heads : same kind and dtype as x, shape (batch, n_heads, seq, d_head)
         ``d_head = d_model // n_heads``.
 
+    See Also
+    --------
+    merge_heads : the inverse.
+    attnlib.mha.MultiHeadAttention : splits its projections with this function.
+
     Examples
     --------
     >>> import numpy as np
@@ -84,6 +89,18 @@ def merge_heads(x):
     Returns
     -------
     merged : same kind and dtype as x, shape (batch, seq, n_heads * d_head)
+
+    See Also
+    --------
+    split_heads : the inverse.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> x = np.arange(24.0).reshape(1, 2, 12)              # (batch, seq, d_model)
+    >>> heads = split_heads(x, 3)                         # (batch, n_heads, seq, d_head)
+    >>> merge_heads(heads).shape, bool((merge_heads(heads) == x).all())
+    ((1, 2, 12), True)
     """
     batch, n_heads, seq, d_head = x.shape
     x = x.swapaxes(1, 2)  # (batch, seq, n_heads, d_head)

@@ -78,6 +78,12 @@ class KVCache:
         Positions to allocate for.
     dtype : torch.dtype, default torch.float32
 
+    See Also
+    --------
+    RollingKVCache : keeps only the last ``window`` positions.
+    kv_cache_bytes : the memory such caches hold, by formula.
+    attnlib.decoder.TinyDecoder.new_caches : one cache per layer of a model.
+
     Examples
     --------
     >>> cache = KVCache(batch=1, n_kv_heads=2, d_k=4, max_len=8)
@@ -198,6 +204,11 @@ class RollingKVCache(KVCache):
     window : int
         Positions a query sees (itself included) and positions kept.
     dtype : torch.dtype, default torch.float32
+
+    See Also
+    --------
+    KVCache : keeps every position.
+    attnlib.windows.sliding_window_mask : the mask a rolling cache is enough for.
 
     Examples
     --------
@@ -362,6 +373,18 @@ def kv_cache_bytes(
     Returns
     -------
     nbytes : int
+
+    See Also
+    --------
+    KVCache.nbytes : the bytes a cache actually holds.
+    PUBLISHED_CONFIGS : the formula's arguments for published models.
+
+    Examples
+    --------
+    >>> kv_cache_bytes(n_layers=32, batch=1, seq=4096, n_kv_heads=32, d_k=128, dtype=torch.bfloat16)
+    2147483648
+    >>> kv_cache_bytes(n_layers=32, batch=1, seq=4096, n_kv_heads=8, d_k=128, dtype=torch.bfloat16)
+    536870912
     """
     fn = "kv_cache_bytes"
     n_layers = check_int(fn, "n_layers", n_layers, minimum=0)
@@ -414,7 +437,17 @@ def kv_cache_bytes(
 class PublishedConfig(NamedTuple):
     """What the cache formula needs from a published model (one row of
     :data:`PUBLISHED_CONFIGS`): the arguments of :func:`kv_cache_bytes` and where they
-    come from."""
+    come from.
+
+    See Also
+    --------
+    kv_cache_bytes : the formula it fills in.
+
+    Examples
+    --------
+    >>> PUBLISHED_CONFIGS["Llama 3 8B"].cache_bytes(1)  # bytes per token, bfloat16
+    131072
+    """
 
     n_layers: int
     context: int  # longest context in tokens
@@ -604,6 +637,23 @@ def grouped_attend(q, k, v, mask=None, *, causal: bool = False, align: str = "to
     -------
     out : Tensor of shape (batch, n_heads, seq_q, d_v)
     weights : Tensor of shape (batch, n_heads, seq_q, seq_k)
+
+    See Also
+    --------
+    attnlib.attend : every query head with its own key head.
+    torch.nn.functional.scaled_dot_product_attention : ``enable_gqa=True`` is the same
+        grouping.
+
+    Examples
+    --------
+    >>> g = torch.Generator().manual_seed(0)
+    >>> q = torch.randn(1, 4, 3, 8, generator=g)           # 4 query heads
+    >>> k, v = (torch.randn(1, 2, 3, 8, generator=g) for _ in range(2))  # 2 key heads
+    >>> out, w = grouped_attend(q, k, v, causal=True)
+    >>> from torch.nn.functional import scaled_dot_product_attention as sdpa
+    >>> ref = sdpa(q, k, v, is_causal=True, enable_gqa=True)
+    >>> tuple(out.shape), torch.allclose(out, ref, atol=1e-6)
+    ((1, 4, 3, 8), True)
     """
     batch, n_heads, seq_q, d_k = q.shape
     n_kv_heads = k.shape[1]
@@ -683,6 +733,23 @@ def rotary_decode_step(q_new, k_new, v_new, cache: KVCache, *, start=None, base:
     Returns
     -------
     out : Tensor of shape (batch, n_heads, seq_new, d_v)
+
+    See Also
+    --------
+    attnlib.positions.apply_rotary : the rotation.
+    grouped_attend : the attention of the new queries over the cache.
+
+    Examples
+    --------
+    >>> g = torch.Generator().manual_seed(0)
+    >>> q, k, v = (torch.randn(1, 2, 4, 8, generator=g) for _ in range(3))  # 4 tokens
+    >>> cache = KVCache(1, 2, 8)
+    >>> whole = rotary_decode_step(q, k, v, cache)          # all 4 at once: positions 0..3
+    >>> cache = KVCache(1, 2, 8)
+    >>> one = [(q[:, :, t, None], k[:, :, t, None], v[:, :, t, None]) for t in range(4)]
+    >>> steps = [rotary_decode_step(*qkv, cache) for qkv in one]  # positions 0, 1, 2, 3
+    >>> torch.allclose(whole, torch.cat(steps, dim=2), atol=1e-6)
+    True
     """
     seq_new = q_new.shape[2]
     start = cache.length if start is None else start

@@ -115,6 +115,21 @@ def absorbed_scores(q, c, W_uk, *, q_rope=None, k_rope=None, scale=None):
     -------
     scores : same kind and dtype as q, shape (batch, n_heads, seq_q, seq_k)
         Pre-softmax.
+
+    See Also
+    --------
+    LatentAttention : the layer that uses these scores (``absorbed=True``).
+    attnlib.scores : the same scores from rebuilt keys.
+
+    Examples
+    --------
+    >>> g = torch.Generator().manual_seed(0)
+    >>> q = torch.randn(1, 2, 3, 4, generator=g, dtype=torch.float64)  # (b, n_heads, seq_q, d_head)
+    >>> c = torch.randn(1, 5, 6, generator=g, dtype=torch.float64)        # (batch, seq_k, d_latent)
+    >>> W_uk = torch.randn(2, 4, 6, generator=g, dtype=torch.float64)  # (n_heads, d_head, d_latent)
+    >>> keys = (W_uk[None, :, None] @ c[:, None, :, :, None])[..., 0]  # (b, n_heads, seq_k, d_head)
+    >>> torch.allclose(absorbed_scores(q, c, W_uk), q @ keys.transpose(-2, -1) / 2)
+    True
     """
     d_rope = 0 if q_rope is None else q_rope.shape[-1]
     scale = 1.0 / math.sqrt(q.shape[-1] + d_rope) if scale is None else float(scale)
@@ -139,6 +154,18 @@ class LatentCache:
         Width of the decoupled rotary key (0: none).
     max_len : int, default 64
     dtype : torch.dtype, default torch.float32
+
+    See Also
+    --------
+    attnlib.kv_cache.KVCache : the per-head cache it replaces.
+    LatentAttention.new_cache : makes one for a layer.
+
+    Examples
+    --------
+    >>> cache = LatentCache(batch=1, d_latent=4, d_rope=2)
+    >>> c_all, r_all = cache.append(torch.zeros(1, 3, 4), torch.zeros(1, 3, 2))
+    >>> len(cache), tuple(c_all.shape)
+    (3, (1, 3, 4))
     """
 
     def _check_init(self, batch, d_latent, d_rope=0, *, max_len=64, dtype=torch.float32):
@@ -246,6 +273,21 @@ class LatentAttention(nn.Module):
     W_o : nn.Linear, n_heads·d_head -> d_model
     W_qr : nn.Linear, d_model -> n_heads·d_rope, or None
     W_kr : nn.Linear, d_model -> d_rope, or None
+
+    See Also
+    --------
+    absorbed_scores : the absorbed path's scores.
+    attnlib.decoder.TinyDecoder : ``d_latent=`` builds a model of these layers.
+
+    Examples
+    --------
+    >>> _ = torch.manual_seed(0)
+    >>> layer = LatentAttention(d_model=16, n_heads=4, d_latent=6, d_rope=2).double()
+    >>> x = torch.randn(1, 5, 16, dtype=torch.float64)
+    >>> a, _ = layer(x)
+    >>> b, _ = layer(x, absorbed=True)
+    >>> torch.allclose(a, b)                               # two paths, one result
+    True
     """
 
     def __init__(

@@ -55,6 +55,19 @@ def to_torch_attn_mask(mask, n_heads: int | None = None):
     attn_mask : bool, same kind, shape (seq_q, seq_k) or (batch * n_heads, seq_q, seq_k)
         True = blocked. The 3-D form is what ``nn.MultiheadAttention`` wants for a mask
         that differs between sequences or heads (batch-major: index ``b * n_heads + h``).
+
+    See Also
+    --------
+    from_torch_attn_mask : the way back.
+    attnlib.mha.MultiHeadAttention.from_torch : copies an ``nn.MultiheadAttention``.
+
+    Examples
+    --------
+    >>> import attnlib
+    >>> to_torch_attn_mask(attnlib.causal_mask(3)).astype(int)   # True = blocked
+    array([[0, 1, 1],
+           [0, 0, 1],
+           [0, 0, 0]])
     """
     fn = "to_torch_attn_mask"
     check_bool_mask(mask, fn=fn)
@@ -89,6 +102,19 @@ def from_torch_attn_mask(attn_mask, n_heads: int | None = None):
     -------
     mask : bool, same kind, shape (seq_q, seq_k) or (batch, n_heads, seq_q, seq_k)
         True = may attend.
+
+    See Also
+    --------
+    to_torch_attn_mask : the way there.
+
+    Examples
+    --------
+    >>> import torch
+    >>> blocked = torch.ones(3, 3, dtype=torch.bool).triu(diagonal=1)  # True = blocked
+    >>> from_torch_attn_mask(blocked).int()
+    tensor([[1, 0, 0],
+            [1, 1, 0],
+            [1, 1, 1]], dtype=torch.int32)
     """
     fn = "from_torch_attn_mask"
     check_bool_mask(attn_mask, "attn_mask", fn=fn)
@@ -126,6 +152,18 @@ def to_torch_key_padding_mask(mask):
     -------
     key_padding_mask : bool, same kind, shape (batch, seq_k)
         True = padding (blocked).
+
+    See Also
+    --------
+    from_torch_key_padding_mask : the way back.
+    attnlib.padding_mask : makes the mask this converts.
+
+    Examples
+    --------
+    >>> import attnlib
+    >>> to_torch_key_padding_mask(attnlib.padding_mask([2, 3], 3)).astype(int)   # True = padding
+    array([[0, 0, 1],
+           [0, 0, 0]])
     """
     fn = "to_torch_key_padding_mask"
     check_bool_mask(mask, fn=fn)
@@ -150,6 +188,16 @@ def from_torch_key_padding_mask(key_padding_mask):
     -------
     mask : bool, same kind, shape (batch, 1, seq_k)
         True = real token; broadcasts over query positions like :func:`attnlib.padding_mask`.
+
+    See Also
+    --------
+    to_torch_key_padding_mask : the way there.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from_torch_key_padding_mask(np.array([[False, True]])).shape
+    (1, 1, 2)
     """
     fn = "from_torch_key_padding_mask"
     check_bool_mask(key_padding_mask, "key_padding_mask", fn=fn)

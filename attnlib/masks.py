@@ -36,6 +36,15 @@ def causal_offset(seq_q: int, seq_k: int, align: str = "top_left") -> int:
     ``0`` for ``align="top_left"``; ``seq_k - seq_q`` for ``"bottom_right"`` (the queries
     are the newest seq_q of the seq_k positions). :func:`causal_mask` and the tiles of
     :func:`attnlib.blockwise.blockwise_attend` both read ``align`` through it.
+
+    See Also
+    --------
+    causal_mask : the mask this offset places.
+
+    Examples
+    --------
+    >>> causal_offset(2, 5), causal_offset(2, 5, align="bottom_right")
+    (0, 3)
     """
     return 0 if align == "top_left" else seq_k - seq_q
 
@@ -62,6 +71,22 @@ def causal_mask(seq_q: int, seq_k: int | None = None, *, align: str = "top_left"
     -------
     mask : bool ndarray or Tensor of shape (seq_q, seq_k)
         True = may attend.
+
+    See Also
+    --------
+    causal_offset : where the diagonal sits for each ``align``.
+    attnlib.windows.sliding_window_mask : the causal band of the last ``window`` keys.
+    padding_mask : which keys are real tokens.
+
+    Examples
+    --------
+    >>> causal_mask(3).astype(int)
+    array([[1, 0, 0],
+           [1, 1, 0],
+           [1, 1, 1]])
+    >>> causal_mask(2, 4, align="bottom_right").astype(int)
+    array([[1, 1, 1, 0],
+           [1, 1, 1, 1]])
     """
     seq_k = seq_q if seq_k is None else seq_k
     offset = causal_offset(seq_q, seq_k, align)
@@ -90,6 +115,21 @@ def padding_mask(lengths, seq_k: int):
         True = real token. The middle axis of size 1 broadcasts over query positions:
         padding is about keys, so every query row gets the same mask. A torch tensor
         if ``lengths`` is one, else numpy.
+
+    See Also
+    --------
+    causal_mask : combine with it by ``&``.
+    attnlib.mask_conventions.to_torch_key_padding_mask : the same mask for
+        ``nn.MultiheadAttention`` (True = padding).
+
+    Examples
+    --------
+    >>> padding_mask([2, 3], 4).astype(int)        # (batch, 1, seq_k)
+    array([[[1, 1, 0, 0]],
+    <BLANKLINE>
+           [[1, 1, 1, 0]]])
+    >>> (padding_mask([2, 3], 4) & causal_mask(4)).shape
+    (2, 4, 4)
     """
     fn = "padding_mask"
     seq_k = check_int(fn, "seq_k", seq_k, minimum=0)

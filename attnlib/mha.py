@@ -166,6 +166,13 @@ class MultiHeadAttention(_HeadsMixin, nn.Module):
         ``nn.Linear`` convention: ``y = x @ W.weight.T + W.bias``. Rows
         ``h * d_head .. (h + 1) * d_head - 1`` of ``W_k.weight`` make head h's keys.
 
+    See Also
+    --------
+    FusedQKVAttention : the same computation with one fused ``W_qkv``.
+    attnlib.attend : the attention each head runs.
+    torch.nn.MultiheadAttention : torch's module (True = *blocked* masks); see
+        :meth:`from_torch` and :mod:`attnlib.mask_conventions`.
+
     Examples
     --------
     >>> mha = MultiHeadAttention(d_model=8, n_heads=2)
@@ -289,6 +296,22 @@ class FusedQKVAttention(_HeadsMixin, nn.Module):
     n_heads : int
         Must divide d_model.
     bias : bool, default True
+
+    See Also
+    --------
+    MultiHeadAttention : separate ``W_q``, ``W_k``, ``W_v``; :meth:`from_separate` copies one.
+
+    Examples
+    --------
+    >>> import torch
+    >>> _ = torch.manual_seed(0)
+    >>> separate = MultiHeadAttention(d_model=8, n_heads=2)
+    >>> fused = FusedQKVAttention.from_separate(separate)
+    >>> x = torch.randn(1, 5, 8)                           # (batch, seq, d_model)
+    >>> a, _ = separate(x, x, x, causal=True)
+    >>> b, _ = fused(x, causal=True)
+    >>> torch.allclose(a, b, atol=1e-6)
+    True
     """
 
     def __init__(self, d_model: int, n_heads: int, bias: bool = True):

@@ -63,6 +63,17 @@ def sinusoidal_positions(seq: int, d_model: int, *, base: float = 10000.0, like=
     -------
     P : ndarray or Tensor of shape (seq, d_model)
         Added to token embeddings of shape (..., seq, d_model).
+
+    See Also
+    --------
+    apply_rotary : position as a rotation of queries and keys instead.
+
+    Examples
+    --------
+    >>> sinusoidal_positions(3, 4).round(3)
+    array([[ 0.   ,  1.   ,  0.   ,  1.   ],
+           [ 0.841,  0.54 ,  0.01 ,  1.   ],
+           [ 0.909, -0.416,  0.02 ,  1.   ]])
     """
     fn = "sinusoidal_positions"
     seq = check_int(fn, "seq", seq, minimum=0)
@@ -106,13 +117,36 @@ def _check_rotary_angles(positions, d_k: int, *, base: float = 10000.0) -> None:
 
 @validated(_check_rotary_frequencies)
 def rotary_frequencies(d_k: int, *, base: float = 10000.0) -> np.ndarray:
-    """Angular speed of each rotation plane: ``base^(-2i/d_k)``, shape (d_k/2,)."""
+    """Angular speed of each rotation plane: ``base^(-2i/d_k)``, shape (d_k/2,).
+
+    See Also
+    --------
+    rotary_angles : these speeds times the positions.
+    apply_rotary : the rotation they drive.
+
+    Examples
+    --------
+    >>> rotary_frequencies(8)
+    array([1.   , 0.1  , 0.01 , 0.001])
+    """
     return base ** (-np.arange(0, d_k, 2, dtype=np.float64) / d_k)
 
 
 @validated(_check_rotary_angles)
 def rotary_angles(positions, d_k: int, *, base: float = 10000.0) -> np.ndarray:
-    """Rotation angle of each plane at each position, shape (seq, d_k/2), float64."""
+    """Rotation angle of each plane at each position, shape (seq, d_k/2), float64.
+
+    See Also
+    --------
+    rotary_frequencies : the angle per position of each plane.
+
+    Examples
+    --------
+    >>> rotary_angles([0, 1, 2], 4)
+    array([[0.  , 0.  ],
+           [1.  , 0.01],
+           [2.  , 0.02]])
+    """
     pos = _positions_array(positions)  # (seq,)
     return pos[:, None] * rotary_frequencies(d_k, base=base)[None, :]  # (seq, d_k/2)
 
@@ -163,6 +197,22 @@ def apply_rotary(x, positions=None, *, base: float = 10000.0):
     Returns
     -------
     x_rot : same kind, dtype and shape as x
+
+    See Also
+    --------
+    apply_rotary_halves : the rotate-half layout of the same rotations.
+    attnlib.kv_cache.rotary_decode_step : rotary attention with a cache.
+    sinusoidal_positions : position added to the inputs instead.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> q, k = rng.standard_normal((1, 8)), rng.standard_normal((1, 8))
+    >>> s_near = apply_rotary(q, [3]) @ apply_rotary(k, [1]).T   # offset 2
+    >>> s_far = apply_rotary(q, [12]) @ apply_rotary(k, [10]).T  # offset 2, later in the sequence
+    >>> np.allclose(s_near, s_far)
+    True
     """
     seq, d_k = x.shape[-2], x.shape[-1]
     positions = np.arange(seq) if positions is None else positions
@@ -205,6 +255,15 @@ def rotary_halves_permutation(d_k: int) -> np.ndarray:
     Returns
     -------
     perm : int ndarray of shape (d_k,)
+
+    See Also
+    --------
+    apply_rotary_halves : uses it.
+
+    Examples
+    --------
+    >>> rotary_halves_permutation(6)
+    array([0, 3, 1, 4, 2, 5])
     """
     half = d_k // 2
     return np.stack([np.arange(half), np.arange(half, d_k)], axis=1).reshape(d_k)  # (d_k,)
@@ -220,6 +279,19 @@ def apply_rotary_halves(x, positions=None, *, base: float = 10000.0):
     :func:`apply_rotary`, applied to a permuted copy of the dimensions
     (:func:`rotary_halves_permutation`), which is how it is computed here. Parameters
     and return value are those of :func:`apply_rotary`.
+
+    See Also
+    --------
+    apply_rotary : the interleaved layout.
+    rotary_halves_permutation : the dimension order relating the two.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> x = np.random.default_rng(0).standard_normal((4, 6))   # (seq, d_k)
+    >>> perm = rotary_halves_permutation(6)
+    >>> np.allclose(apply_rotary_halves(x)[..., perm], apply_rotary(x[..., perm]))
+    True
     """
     d_k = x.shape[-1]
     perm = rotary_halves_permutation(d_k)  # (d_k,)
@@ -242,6 +314,15 @@ def alibi_slopes(n_heads: int) -> np.ndarray:
     h = 1 .. n_heads (8 heads: 1/2, 1/4, ..., 1/256). Otherwise, as in the paper's code:
     the slopes of the nearest smaller power of two, then every other slope of twice that
     many heads.
+
+    See Also
+    --------
+    alibi_bias : the penalty these slopes scale.
+
+    Examples
+    --------
+    >>> alibi_slopes(4)
+    array([0.25      , 0.0625    , 0.015625  , 0.00390625])
     """
     n_heads = check_int("alibi_slopes", "n_heads", n_heads, minimum=1)
 
@@ -279,6 +360,18 @@ def alibi_bias(seq_q: int, seq_k: int | None = None, *, n_heads: int, like=None)
     -------
     bias : ndarray or Tensor of shape (n_heads, seq_q, seq_k)
         Broadcasts against scores of shape (batch, n_heads, seq_q, seq_k).
+
+    See Also
+    --------
+    alibi_slopes : the slope of each head.
+    attnlib.causal_mask : the mask that goes with it in a causal model.
+
+    Examples
+    --------
+    >>> alibi_bias(3, n_heads=2)[1]  # the second head: slope 2^-8 = 1/256
+    array([[ 0.        , -0.00390625, -0.0078125 ],
+           [-0.00390625,  0.        , -0.00390625],
+           [-0.0078125 , -0.00390625,  0.        ]])
     """
     fn = "alibi_bias"
     seq_q = check_int(fn, "seq_q", seq_q, minimum=1)

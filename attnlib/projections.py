@@ -82,6 +82,20 @@ def linear(x, weight, bias=None):
     Returns
     -------
     y : same kind and dtype as x, shape (..., out_features)
+
+    See Also
+    --------
+    torch.nn.Linear : the module that computes the same.
+    project : the equations' orientation, ``x @ W``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> _ = torch.manual_seed(0)
+    >>> layer = torch.nn.Linear(4, 3)
+    >>> x = torch.randn(2, 4)
+    >>> torch.allclose(linear(x, layer.weight, layer.bias), layer(x))
+    True
     """
     y = x @ B.ops_for(x).transpose_last(weight)  # (..., out_features)
     return y if bias is None else y + bias
@@ -111,6 +125,20 @@ def project(x, W_q, W_k, W_v):
     k : shape (..., seq, d_k)
     v : shape (..., seq, d_v)
         Same kind and dtype as x.
+
+    See Also
+    --------
+    QKVProjection : the same as a torch module.
+    linear : ``nn.Linear``'s orientation.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> x = np.eye(3)                                      # 3 tokens, d_model = 3
+    >>> W_q, W_k, W_v = np.ones((3, 2)), np.eye(3)[:, :2], np.arange(3.0)[:, None]
+    >>> q, k, v = project(x, W_q, W_k, W_v)
+    >>> q.shape, k.shape, v.ravel()
+    ((3, 2), (3, 2), array([0., 1., 2.]))
     """
     fn = "project"
     x = _check_array(fn, "x", x, 2)
@@ -150,6 +178,21 @@ class QKVProjection(nn.Module):
     W_v : nn.Linear(d_model, d_v)
         ``W_q.weight`` has shape (d_k, d_model): it is the transpose of the matrix ``W_q``
         in ``q = x W_q``.
+
+    See Also
+    --------
+    project : the same with plain matrices.
+    attnlib.mha.MultiHeadAttention : projections for every head at once.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> W = np.arange(6.0).reshape(3, 2)                   # (d_model, d_k)
+    >>> module = QKVProjection.from_matrices(W, W, W)
+    >>> x = torch.eye(3, dtype=torch.float64)
+    >>> q, k, v = module(x)
+    >>> bool(torch.equal(q, torch.as_tensor(W)))           # row i of W_q is what token i asks
+    True
     """
 
     def __init__(self, d_model: int, d_k: int, d_v: int | None = None, *, bias: bool = True):

@@ -83,6 +83,18 @@ def indexer_scores(q_idx, k_idx, head_weights):
     index_scores : same kind and dtype as q_idx, shape (..., seq_q, seq_k)
         A ranking only: no softmax (a positive scale, which the release applies to the
         head weights, would not change it).
+
+    See Also
+    --------
+    Indexer : makes its inputs from the token vectors.
+    topk_mask : turns the scores into a selection.
+
+    Examples
+    --------
+    >>> q_idx = torch.tensor([[[[1.0, 0.0]], [[0.0, 1.0]]]])  # (1, n_index_heads, seq_q=1, 2)
+    >>> k_idx = torch.tensor([[[2.0, -1.0], [0.0, 3.0]]])      # (batch, seq_k=2, d_index)
+    >>> indexer_scores(q_idx, k_idx, torch.tensor([[[1.0, 0.5]]]))   # relu(2)·1 + relu(-1)·0.5, ...
+    tensor([[[2.0000, 1.5000]]])
     """
     ops = B.ops_for(q_idx)
     dots = q_idx @ ops.transpose_last(k_idx)[..., None, :, :]  # (..., n_index_heads, seq_q, seq_k)
@@ -111,6 +123,18 @@ class Indexer(nn.Module):
     W_q : nn.Linear, d_model -> n_index_heads·d_index
     W_k : nn.Linear, d_model -> d_index
     W_w : nn.Linear, d_model -> n_index_heads (the head weights of each query)
+
+    See Also
+    --------
+    indexer_scores : the formula it computes.
+    topk_mask : the selection its scores feed.
+
+    Examples
+    --------
+    >>> _ = torch.manual_seed(0)
+    >>> index = Indexer(d_model=16, n_index_heads=2, d_index=4)
+    >>> index(torch.randn(1, 5, 16)).shape                 # (batch, seq_q, seq_k)
+    torch.Size([1, 5, 5])
     """
 
     def __init__(self, d_model: int, n_index_heads: int = 4, d_index: int = 16):
@@ -201,6 +225,20 @@ def topk_mask(
     -------
     selected : bool, same kind as index_scores, shape broadcast(index_scores, mask)
         True = kept (may attend). Pass it as the mask of :func:`attnlib.attend`.
+
+    See Also
+    --------
+    indexer_scores : scores to rank by.
+    attnlib.attend : takes the selection as its mask.
+    attnlib.causal_mask : combined in with ``causal=True``.
+
+    Examples
+    --------
+    >>> scores = torch.tensor([[3.0, 1.0, 2.0, 2.0]])
+    >>> topk_mask(scores, 2).int()  # of the ties at 2.0 the lower index is kept
+    tensor([[1, 0, 1, 0]], dtype=torch.int32)
+    >>> topk_mask(scores, 2, torch.tensor([False, True, True, True])).int()
+    tensor([[0, 0, 1, 1]], dtype=torch.int32)
     """
     seq_q, seq_k = index_scores.shape[-2:]
     is_numpy = B.is_numpy(index_scores)

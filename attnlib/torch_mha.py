@@ -31,6 +31,10 @@ class MHAWeights(NamedTuple):
     ``W_q`` : Tensor of shape (d_model, d_model); ``W_k`` : (d_model, kdim);
     ``W_v`` : (d_model, vdim); ``W_o`` : (d_model, d_model); biases of shape (d_model,)
     or None.
+
+    See Also
+    --------
+    unpack_mha : fills it in.
     """
 
     W_q: torch.Tensor
@@ -56,6 +60,17 @@ def unpack_mha(mha: nn.MultiheadAttention) -> MHAWeights:
     """Split an ``nn.MultiheadAttention`` into W_q, W_k, W_v, W_o and their biases.
 
     The returned tensors are views of the module's parameters (gradients flow through them).
+
+    See Also
+    --------
+    mha_forward : recomputes the module's output from these weights.
+    attnlib.mha.MultiHeadAttention.from_torch : copies them into attnlib's module.
+
+    Examples
+    --------
+    >>> w = unpack_mha(nn.MultiheadAttention(8, 2))
+    >>> tuple(w.W_q.shape), w.n_heads
+    ((8, 8), 2)
     """
     d = mha.embed_dim
     if mha.in_proj_weight is not None:
@@ -110,6 +125,20 @@ def mha_forward(
     True = **blocked**. Returns ``(out, weights)`` like the module with
     ``need_weights=True``; weights are averaged over heads unless
     ``average_attn_weights=False``.
+
+    See Also
+    --------
+    unpack_mha : the weights it uses.
+    attnlib.mask_conventions : converting its True = blocked masks.
+
+    Examples
+    --------
+    >>> _ = torch.manual_seed(0)
+    >>> mha = nn.MultiheadAttention(8, 2, batch_first=True).eval()
+    >>> x = torch.randn(1, 4, 8)
+    >>> ours, _ = mha_forward(mha, x, x, x)
+    >>> torch.allclose(ours, mha(x, x, x)[0], atol=1e-6)
+    True
     """
     w = unpack_mha(mha)
     if not w.batch_first:  # (seq, batch, d) -> (batch, seq, d)

@@ -31,6 +31,19 @@ def torch_threads(n: int | None) -> Iterator[None]:
     synchronisation, and immune to a busy machine), and their float sums are added in one
     order, so the numbers do not depend on the machine's core count. ``None`` leaves the
     setting alone.
+
+    See Also
+    --------
+    train : its ``threads=`` argument uses this.
+
+    Examples
+    --------
+    >>> before = torch.get_num_threads()
+    >>> with torch_threads(1):
+    ...     torch.get_num_threads()
+    1
+    >>> torch.get_num_threads() == before
+    True
     """
     if n is None:
         yield
@@ -73,6 +86,10 @@ def progress_bar(steps: int, desc: str = "training", enabled: bool = True) -> tq
     a warning and a graded cell writes nothing to stderr.
 
     ``enabled=False`` shows nothing. Use it as a context manager or call ``close()``.
+
+    See Also
+    --------
+    train : shows one.
     """
     if enabled and _in_kernel():
         return _LiveBar(total=steps, desc=desc)
@@ -156,7 +173,20 @@ class _LiveBar(tqdm):
 
 @dataclass
 class History:
-    """Per-step records of a training run: ``history["loss"]`` is a numpy array."""
+    """Per-step records of a training run: ``history["loss"]`` is a numpy array.
+
+    See Also
+    --------
+    train : returns one.
+
+    Examples
+    --------
+    >>> h = History()
+    >>> h.add(loss=1.0)
+    >>> h.add(loss=0.5)
+    >>> h["loss"], h.last("loss")
+    (array([1. , 0.5]), 0.5)
+    """
 
     records: dict[str, list[float]] = field(default_factory=dict)
 
@@ -183,7 +213,19 @@ class History:
 
 
 def grad_norms(named: dict[str, torch.nn.Parameter | torch.Tensor]) -> dict[str, float]:
-    """L2 norm of the gradient of each named parameter (0 where there is none)."""
+    """L2 norm of the gradient of each named parameter (0 where there is none).
+
+    See Also
+    --------
+    train : ``track=`` can record these.
+
+    Examples
+    --------
+    >>> p = torch.nn.Parameter(torch.ones(3))
+    >>> (p * 2).sum().backward()
+    >>> grad_norms({"p": p})
+    {'p': 3.464101552963257}
+    """
     out = {}
     for name, p in named.items():
         g = p.grad
@@ -239,6 +281,11 @@ def train(
         When the loss becomes NaN or infinite (the step is named).
     TypeError, ValueError
         For bad arguments, or a ``step`` that does not return a one-element tensor.
+
+    See Also
+    --------
+    progress_bar : the bar it shows.
+    torch_threads : run tiny models on one thread.
     """
     if isinstance(params, torch.Tensor):
         params = [params]  # a single tensor, not an iterable of them

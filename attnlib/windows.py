@@ -58,6 +58,11 @@ def sliding_window_mask(
     mask : bool ndarray or Tensor of shape (seq_q, seq_k)
         True = may attend. Combine with a padding mask by ``&``.
 
+    See Also
+    --------
+    attnlib.causal_mask : the same with an unlimited window.
+    attnlib.kv_cache.RollingKVCache : the cache that suffices with this mask.
+
     Examples
     --------
     >>> sliding_window_mask(4, window=2).astype(int)
