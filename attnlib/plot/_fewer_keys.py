@@ -123,6 +123,7 @@ def _place_labels(ax, labels: Mapping[tuple[float, float], str]) -> None:
     fig.draw_without_rendering()  # the layout is final: display coordinates are right
     px = FONT["note"] * fig.dpi / 72  # the font size in pixels
     height, gap = 1.3 * px, 0.7 * px
+    renderer = fig.canvas.get_renderer()
     box = ax.get_window_extent()
     at = {xy: ax.transData.transform(xy) for xy in labels}
     markers = [(x - gap, y - gap, x + gap, y + gap) for x, y in at.values()]
@@ -151,7 +152,9 @@ def _place_labels(ax, labels: Mapping[tuple[float, float], str]) -> None:
     for xy in order:
         text = labels[xy]
         x, y = at[xy]
-        width = 0.58 * px * len(text)
+        probe = ax.text(0, 0, text, fontsize=FONT["note"])  # measured, not guessed
+        width = probe.get_window_extent(renderer).width + 2
+        probe.remove()
         choice = None
         for side in (1, -1):  # beside the point
             x0 = x + gap if side == 1 else x - gap - width
