@@ -22,7 +22,13 @@ from attnlib._validate import check_int
 __all__ = ["median_times", "min_times"]
 
 
-def median_times(fns: dict[str, Callable[[], object]], *, repeats: int = 5, warmup: int = 1):
+def median_times(
+    fns: dict[str, Callable[[], object]],
+    *,
+    repeats: int = 5,
+    warmup: int = 1,
+    clock: Callable[[], float] = time.perf_counter,
+):
     """Median wall time (seconds) of each function, measured interleaved.
 
     Each round calls every function once, in order; after ``warmup`` rounds, ``repeats``
@@ -33,6 +39,11 @@ def median_times(fns: dict[str, Callable[[], object]], *, repeats: int = 5, warm
     fns : dict of name -> callable taking no argument
     repeats : int >= 1 — timed rounds.
     warmup : int >= 0 — untimed rounds first (caches, allocator, lazy initialisation).
+    clock : callable returning seconds, default ``time.perf_counter`` (wall time).
+        ``time.thread_time`` measures the CPU time of the calling thread only — with
+        ``torch.set_num_threads(1)`` (:func:`attnlib.training.torch_threads` ``(1)``) that
+        is all the work, and time spent waiting for a core on a busy machine is not
+        counted.
 
     Returns
     -------
@@ -47,26 +58,38 @@ def median_times(fns: dict[str, Callable[[], object]], *, repeats: int = 5, warm
     >>> times = median_times({"sum": lambda: sum(range(100))}, repeats=3)
     >>> sorted(times), times["sum"] > 0
     (['sum'], True)
+    >>> import time
+    >>> nap = {"sleep": lambda: time.sleep(0.02)}  # waits, computes nothing
+    >>> median_times(nap, repeats=1, warmup=0)["sleep"] >= 0.02
+    True
+    >>> median_times(nap, repeats=1, warmup=0, clock=time.thread_time)["sleep"] < 0.01
+    True
     """
-    times = _rounds("median_times", fns, repeats, warmup)
+    times = _rounds("median_times", fns, repeats, warmup, clock)
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
-def _rounds(fn_name: str, fns, repeats: int, warmup: int) -> dict[str, list[float]]:
+def _rounds(fn_name: str, fns, repeats: int, warmup: int, clock) -> dict[str, list[float]]:
     check_int(fn_name, "repeats", repeats, minimum=1)
     check_int(fn_name, "warmup", warmup, minimum=0)
     times: dict[str, list[float]] = {name: [] for name in fns}
     for r in range(warmup + repeats):
         for name, fn in fns.items():
-            t0 = time.perf_counter()
+            t0 = clock()
             fn()
-            dt = time.perf_counter() - t0
+            dt = clock() - t0
             if r >= warmup:
                 times[name].append(dt)
     return times
 
 
-def min_times(fns: dict[str, Callable[[], object]], *, repeats: int = 15, warmup: int = 2):
+def min_times(
+    fns: dict[str, Callable[[], object]],
+    *,
+    repeats: int = 15,
+    warmup: int = 2,
+    clock: Callable[[], float] = time.perf_counter,
+):
     """Fastest wall time (seconds) of each function over interleaved rounds.
 
     Each round calls every function once, in order; after ``warmup`` untimed rounds,
@@ -80,6 +103,9 @@ def min_times(fns: dict[str, Callable[[], object]], *, repeats: int = 15, warmup
     fns : dict of name -> callable taking no argument
     repeats : int >= 1, default 15 — timed rounds.
     warmup : int >= 0, default 2 — untimed rounds first (caches, allocator, lazy set-up).
+    clock : callable returning seconds, default ``time.perf_counter``
+        As in :func:`median_times`: ``time.thread_time`` counts the calling thread's CPU
+        time only, not the time spent waiting for a core.
 
     Returns
     -------
@@ -95,4 +121,5 @@ def min_times(fns: dict[str, Callable[[], object]], *, repeats: int = 15, warmup
     >>> times["a"] < times["b"]
     True
     """
-    return {name: min(ts) for name, ts in _rounds("min_times", fns, repeats, warmup).items()}
+    times = _rounds("min_times", fns, repeats, warmup, clock)
+    return {name: min(ts) for name, ts in times.items()}
