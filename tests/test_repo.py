@@ -1,5 +1,5 @@
 """Repository-level promises: pinned requirements, an installable attnlib with the public
-names of DESIGN §3, modules importable on their own, and no side effects on import."""
+names of docs/ARCHITECTURE.md §2, modules importable on their own, and no side effects on import."""
 
 from __future__ import annotations
 
