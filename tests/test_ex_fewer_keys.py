@@ -103,7 +103,8 @@ def test_topk_reference_matches_a_loop():
         assert not (got & ~torch.broadcast_to(mask, got.shape)).any()  # selected ⊆ allowed
     # the cases hold a fully masked row, rows with fewer than k allowed keys, and k = seq_k
     labels = " ".join(c.label for c in ex.cases())
-    assert "fully masked" in labels and "k=6 = seq_k" in labels and "has 1 key" in labels
+    assert "fully masked" in labels and "n_keep=6 = seq_k" in labels and "has 1 key" in labels
+    assert "ties" in labels  # the tie rule is exercised
 
 
 # ----------------------------------------------------------------------------------------

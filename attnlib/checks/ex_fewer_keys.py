@@ -4,12 +4,13 @@
   sliding-window layer attends through: the queries are the newest seq_q of the seq_k
   positions (as when decoding with a cache), and the query at position p sees the keys at
   p - window + 1 .. p (itself and the window - 1 keys before it);
-* ``latent_scores(q_c, q_r, c, k_r, W_uk) -> (batch, n_heads, seq_q, seq_k)`` — the scores
+* ``absorbed_scores(q, c, W_uk, q_rope, k_rope) -> (batch, n_heads, seq_q, seq_k)`` — the scores
   of multi-head latent attention computed over the cached latents (the key up-projection
   absorbed into the queries) plus the decoupled rotary part, scaled by
   1/√(d_head + d_rope);
-* ``topk_mask(index_scores, k, mask) -> bool (batch, seq_q, seq_k)`` — which keys each
-  query keeps: its k highest-scoring keys among those ``mask`` allows (all of them when
+* ``topk_mask(index_scores, n_keep, mask) -> bool (batch, seq_q, seq_k)`` — which keys each
+  query keeps: its n_keep highest-scoring keys among those ``mask`` allows, ties to the lower
+  key index (all of them when
   fewer than k are allowed).
 
 References are attnlib's own functions (:mod:`attnlib.windows`, :mod:`attnlib.latent`,
@@ -23,13 +24,16 @@ Diagnosis by inference (see :mod:`attnlib.checks._core`):
   sits relative to the window (W + 1 or W - 1 keys), whether the near edge is the query
   itself (or one before it, or in the future), and whether the edges move with
   seq_k - seq_q (the queries aligned to the first positions instead of the last);
-* ``latent_scores``: a least-squares fit of the returned scores on the content part
-  (q_c W_ukᵀ)·c (or q_c W_uk·c, which only runs when d_latent = d_head) and the rotary part
-  q_r·k_r: the two coefficients say whether the rotary part is there and which width the
-  scores were scaled by;
+* ``absorbed_scores``: a least-squares fit of the returned scores on the content part
+  (q W_uk)·c (or q W_ukᵀ·c, which only runs when d_latent = d_head) and the rotary part
+  q_rope·k_rope, with the latents of each query's own sequence or (a probe with batch =
+  n_heads) of the sequence numbered like its head: the fit says whether the rotary part is
+  there, whether the latents were broadcast against the heads, and which of six scales
+  the scores carry;
 * ``topk_mask``: on rows the mask leaves whole, how many keys are kept and whether they are
-  the highest or the lowest scores; on partly masked rows, whether a forbidden key is kept,
-  or whether the k were picked among all keys before the mask removed some.
+  the highest or the lowest scores; on rows of tied scores, which of the tied keys are kept
+  (the lowest indices, others, or all of them); on partly masked rows, whether a forbidden
+  key is kept, or whether the n_keep were picked among all keys before the mask removed some.
 """
 
 from __future__ import annotations
@@ -571,14 +575,14 @@ register(
 
 
 # ----------------------------------------------------------------------------------------
-# topk_mask(index_scores, k, mask) -> bool (batch, seq_q, seq_k)
+# topk_mask(index_scores, n_keep, mask) -> bool (batch, seq_q, seq_k)
 # ----------------------------------------------------------------------------------------
 
 
-def _topk_reference(index_scores, k, mask):
+def _topk_reference(index_scores, n_keep, mask):
     from attnlib.selection import topk_mask
 
-    return topk_mask(index_scores, k, mask=mask)
+    return topk_mask(index_scores, n_keep, mask=mask)
 
 
 def _topk_build(*, order="high", k_shift=0, masking="before", ties="lower"):
@@ -592,11 +596,11 @@ def _topk_build(*, order="high", k_shift=0, masking="before", ties="lower"):
     "all" (every key scoring at least the k-th score: a threshold keeps all the tied).
     """
 
-    def fn(index_scores, k, mask):
+    def fn(index_scores, n_keep, mask):
         key = index_scores if order == "high" else -index_scores
         if masking == "before":
             key = key.masked_fill(~mask, float("-inf"))  # (batch, seq_q, seq_k)
-        n = max(0, min(k + k_shift, key.shape[-1]))
+        n = max(0, min(n_keep + k_shift, key.shape[-1]))
         if ties == "all":
             if n == 0:
                 keep = torch.zeros(key.shape, dtype=torch.bool)
@@ -637,19 +641,19 @@ def _topk_cases(seed: int = 1402, prefix: str = "") -> list[Case]:
     holes[2, ::2] = False
     lengths = torch.tensor([6, 3])[:, None, None] > torch.arange(6)  # (2, 1, 6) padding
     return [
-        Case(prefix + "batch 2, 4 queries, 7 keys, k=3, causal", (_topk_scores(gen, 2, 4, 7), 3,
-             _causal(4, 7))),
-        Case(prefix + "5 queries, 5 keys, k=2, causal (query 0 has 1 key)",
+        Case(prefix + "batch 2, 4 queries, 7 keys, n_keep=3, causal",
+             (_topk_scores(gen, 2, 4, 7), 3, _causal(4, 7))),
+        Case(prefix + "5 queries, 5 keys, n_keep=2, causal (query 0 has 1 key)",
              (_topk_scores(gen, 1, 5, 5), 2, _causal(5, 5))),
-        Case(prefix + "batch 2, 3 queries, 6 keys, k=6 = seq_k, padding lengths 6 and 3",
+        Case(prefix + "batch 2, 3 queries, 6 keys, n_keep=6 = seq_k, padding lengths 6 and 3",
              (_topk_scores(gen, 2, 3, 6), 6, lengths)),
-        Case(prefix + "4 queries, 8 keys, k=3, query 1 fully masked, query 2 sees odd keys",
+        Case(prefix + "4 queries, 8 keys, n_keep=3, query 1 fully masked, query 2 sees odd keys",
              (_topk_scores(gen, 1, 4, 8), 3, holes)),
-        Case(prefix + "batch 3, 2 queries, 9 keys, k=1, nothing masked",
+        Case(prefix + "batch 3, 2 queries, 9 keys, n_keep=1, nothing masked",
              (_topk_scores(gen, 3, 2, 9), 1, torch.ones(2, 9, dtype=torch.bool))),
-        Case(prefix + "ReLU scores (many exact zeros: ties), batch 2, 6 queries, 10 keys, k=4, "
-             "causal", (_relu_scores(gen, 2, 6, 10), 4, _causal(6, 10))),
-        Case(prefix + "tied scores, 3 queries, 12 keys, k=3, nothing masked",
+        Case(prefix + "ReLU scores (many exact zeros: ties), batch 2, 6 queries, 10 keys, "
+             "n_keep=4, causal", (_relu_scores(gen, 2, 6, 10), 4, _causal(6, 10))),
+        Case(prefix + "tied scores, 3 queries, 12 keys, n_keep=3, nothing masked",
              (_tied_scores(gen), 3, torch.ones(3, 12, dtype=torch.bool))),
     ]  # fmt: skip
 
@@ -669,7 +673,7 @@ def _tied_scores(gen):
 def _topk_hidden_cases() -> list[Case]:
     gen = torch.Generator().manual_seed(1422)
     extra = Case(
-        "hidden: batch 2, 6 queries, 10 keys, k=4, causal",
+        "hidden: batch 2, 6 queries, 10 keys, n_keep=4, causal",
         (_topk_scores(gen, 2, 6, 10), 4, _causal(6, 10)),
     )
     return _topk_cases(1421, "hidden: ") + [extra]
@@ -796,7 +800,7 @@ def _infer_topk(learner) -> list[Finding]:
         found.append(
             Finding(
                 "topk-off-by-one",
-                f"with k = {k}, a query that may see all {s.shape[1]} keys keeps {n} of them.",
+                f"with n_keep = {k}, a query that may see all {s.shape[1]} keys keeps {n} of them.",
             )
         )
     found += _tie_findings(learner, n, high)
@@ -830,8 +834,8 @@ def _infer_topk(learner) -> list[Finding]:
 register(
     Exercise(
         name="topk_mask",
-        summary="topk_mask(index_scores, k, mask) -> bool (batch, seq_q, seq_k): each query "
-        "keeps its k highest-scoring keys among those the mask allows",
+        summary="topk_mask(index_scores, n_keep, mask) -> bool (batch, seq_q, seq_k): each query "
+        "keeps its n_keep highest-scoring keys among those the mask allows (ties: lower index)",
         reference=_topk_reference,
         make_cases=_topk_cases,
         make_hidden_cases=_topk_hidden_cases,
@@ -849,8 +853,8 @@ register(
             ),
             Misconception(
                 "topk-off-by-one",
-                "Each query keeps k + 1 or k - 1 keys. Keep exactly k: the first k indices of "
-                "a descending sort, or torch.topk(scores, k); a threshold taken at index k "
+                "Each query keeps n_keep + 1 or n_keep - 1 keys. Keep exactly n_keep: the first "
+                "n_keep indices of a descending stable sort; a threshold taken at index n_keep "
                 "of the sorted scores (0-based) keeps one key too many.",
                 (_topk_build(k_shift=1), _topk_build(k_shift=-1)),
                 {"k_shift": 1},
@@ -866,8 +870,8 @@ register(
             ),
             Misconception(
                 "topk-mask-after-selection",
-                "The k keys were chosen among all keys and the mask was applied afterwards, "
-                "so a query whose best keys are forbidden keeps fewer than k. Hide the "
+                "The n_keep keys were chosen among all keys and the mask was applied afterwards, "
+                "so a query whose best keys are forbidden keeps fewer than n_keep. Hide the "
                 "forbidden keys first (scores -> -inf), then choose the k best of the rest.",
                 (_topk_build(masking="after"),),
                 {"masking": "after"},
@@ -877,17 +881,18 @@ register(
                 "Among equal scores the lower key index must be kept (an indexer's ReLU makes "
                 "many scores exactly 0). torch.topk does not promise any order among ties "
                 "(torch 2.13's documentation: tied indices 'are not guaranteed to be "
-                "stable'), and the last k of an ascending sort keep the higher indices. Sort "
+                "stable'), and the last n_keep of an ascending sort keep the higher indices. Sort "
                 "with argsort(descending=True, stable=True), or (-scores).argsort(stable=True), "
-                "and take the first k.",
+                "and take the first n_keep.",
                 (_topk_build(ties="higher"), _topk_build(ties="topk")),
                 {"ties": "higher"},
             ),
             Misconception(
                 "topk-ties-all-kept",
-                "Every key tied with the k-th score is kept, so a query keeps more than k keys "
-                "when scores are equal (a threshold, scores >= the k-th largest). Keep "
-                "exactly k: among equal scores the lower key indices.",
+                "Every key tied with the n_keep-th score is kept, so a query keeps more than "
+                "n_keep keys "
+                "when scores are equal (a threshold, scores >= the n_keep-th largest). Keep "
+                "exactly n_keep: among equal scores the lower key indices.",
                 (_topk_build(ties="all"),),
                 {"ties": "all"},
             ),

@@ -10,6 +10,17 @@ The weights of the first are random causal attention maps in which batch, n_head
 all differ; the matrices of the second are random and of non-square shapes (d_model ≠
 d_head), so that the query-side product, the untransposed product and the unnormalised
 norm all give different numbers.
+
+Diagnosis by inference (see :mod:`attnlib.checks._core`):
+
+* ``previous_token_score`` is linear in the weights, so probes that set one weight at a time
+  read off which cells each output averages and with what coefficient: the offset of query
+  and key (previous, own, or the later key), a wrapped read of query 0, a query range one
+  short, a batch read only at sequence 0, a mean over the heads, a sum or a wrong count;
+* ``k_composition``: doubling W_q tells a normalised score from a raw norm; on weights of
+  rank 1 (where every matrix norm agrees) the value names the product (key side, query
+  side, untransposed, or the paper's column-vector formulas typed with row weights); on
+  full-rank weights, the Frobenius or the spectral norm.
 """
 
 from __future__ import annotations
