@@ -201,6 +201,16 @@ class ManualAttention(torch.autograd.Function):
 def manual_attention(q, k, v, mask=None):
     """``attend(q, k, v, mask)[0]`` for torch tensors, differentiated by the numpy backward.
 
+    Parameters
+    ----------
+    q, k, v : Tensor of shape (..., seq_q, d_k), (..., seq_k, d_k), (..., seq_k, d_v)
+    mask : bool Tensor broadcastable to (..., seq_q, seq_k), optional
+        True = may attend.
+
+    Returns
+    -------
+    out : Tensor of shape (..., seq_q, d_v)
+
     See Also
     --------
     attention_backward : the backward pass it uses.

@@ -210,6 +210,15 @@ def explicit_attend(q, k, v, *, causal: bool = False, align: str = "top_left", s
     ``attnlib.attend(q, k, v, causal=causal, align=align)[0]``, named here so that lesson
     11 and the benchmark compare the two paths by name.
 
+    Parameters
+    ----------
+    q, k, v, causal, align, scale
+        As in :func:`blockwise_attend`.
+
+    Returns
+    -------
+    out : same kind and dtype as q, shape (..., seq_q, d_v)
+
     See Also
     --------
     blockwise_attend : the tiled path.
@@ -227,6 +236,18 @@ def peak_bytes(fn: Callable, *args, **kwargs) -> int:
     temporaries and the result a computation creates — deterministic, unlike the
     process's resident size. The inputs, allocated before the call, are not counted.
     Torch tensors are not traced: measure the numpy version of the computation.
+
+    Parameters
+    ----------
+    fn : callable
+        Run as ``fn(*args, **kwargs)``; its result is freed before returning.
+    *args, **kwargs
+        Passed to ``fn``.
+
+    Returns
+    -------
+    nbytes : int
+        Peak of the memory traced during the call, above what was traced before it.
 
     See Also
     --------

@@ -82,6 +82,23 @@ class CausalSelfAttention(nn.Module):
     ``W_k``/``W_v`` (both None) and attends with the keys and values of an earlier layer,
     passed as ``kv`` (cross-layer KV sharing).
 
+    Parameters
+    ----------
+    d_model, n_heads : int
+    n_kv_heads : int, optional
+        Key/value heads; default ``n_heads``; must divide ``n_heads``.
+    window : int, optional
+        Sliding window: positions each query sees, itself included.
+    own_kv : bool, default True
+        False: no ``W_k``/``W_v``; :meth:`forward` takes another layer's ``kv``.
+
+    Attributes
+    ----------
+    d_head : int
+        ``d_model // n_heads``: the d_k and d_v of every head (``KVCache(d_k=d_head)``).
+    use_sdpa : bool, default True
+        Attend with torch's fused SDPA (True) or :func:`attnlib.kv_cache.grouped_attend`.
+
     See Also
     --------
     TinyDecoder : the model built from these layers.

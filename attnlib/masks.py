@@ -37,6 +37,16 @@ def causal_offset(seq_q: int, seq_k: int, align: str = "top_left") -> int:
     are the newest seq_q of the seq_k positions). :func:`causal_mask` and the tiles of
     :func:`attnlib.blockwise.blockwise_attend` both read ``align`` through it.
 
+    Parameters
+    ----------
+    seq_q, seq_k : int
+        Query and key positions.
+    align : {"top_left", "bottom_right"}, default "top_left"
+
+    Returns
+    -------
+    offset : int
+
     See Also
     --------
     causal_mask : the mask this offset places.

@@ -119,6 +119,16 @@ def _check_rotary_angles(positions, d_k: int, *, base: float = 10000.0) -> None:
 def rotary_frequencies(d_k: int, *, base: float = 10000.0) -> np.ndarray:
     """Angular speed of each rotation plane: ``base^(-2i/d_k)``, shape (d_k/2,).
 
+    Parameters
+    ----------
+    d_k : int
+        Key width, even.
+    base : float, default 10000
+
+    Returns
+    -------
+    freq : float64 ndarray of shape (d_k/2,)
+
     See Also
     --------
     rotary_angles : these speeds times the positions.
@@ -135,6 +145,17 @@ def rotary_frequencies(d_k: int, *, base: float = 10000.0) -> np.ndarray:
 @validated(_check_rotary_angles)
 def rotary_angles(positions, d_k: int, *, base: float = 10000.0) -> np.ndarray:
     """Rotation angle of each plane at each position, shape (seq, d_k/2), float64.
+
+    Parameters
+    ----------
+    positions : sequence of int, ndarray or Tensor of shape (seq,)
+    d_k : int
+        Key width, even.
+    base : float, default 10000
+
+    Returns
+    -------
+    angles : float64 ndarray of shape (seq, d_k/2)
 
     See Also
     --------
@@ -256,6 +277,11 @@ def rotary_halves_permutation(d_k: int) -> np.ndarray:
     -------
     perm : int ndarray of shape (d_k,)
 
+    Parameters
+    ----------
+    d_k : int
+        Key width, even.
+
     See Also
     --------
     apply_rotary_halves : uses it.
@@ -314,6 +340,14 @@ def alibi_slopes(n_heads: int) -> np.ndarray:
     h = 1 .. n_heads (8 heads: 1/2, 1/4, ..., 1/256). Otherwise, as in the paper's code:
     the slopes of the nearest smaller power of two, then every other slope of twice that
     many heads.
+
+    Parameters
+    ----------
+    n_heads : int
+
+    Returns
+    -------
+    slopes : float64 ndarray of shape (n_heads,)
 
     See Also
     --------

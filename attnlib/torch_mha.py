@@ -61,6 +61,15 @@ def unpack_mha(mha: nn.MultiheadAttention) -> MHAWeights:
 
     The returned tensors are views of the module's parameters (gradients flow through them).
 
+    Parameters
+    ----------
+    mha : nn.MultiheadAttention
+        Without ``add_bias_kv`` or ``add_zero_attn``.
+
+    Returns
+    -------
+    MHAWeights
+
     See Also
     --------
     mha_forward : recomputes the module's output from these weights.
@@ -125,6 +134,22 @@ def mha_forward(
     True = **blocked**. Returns ``(out, weights)`` like the module with
     ``need_weights=True``; weights are averaged over heads unless
     ``average_attn_weights=False``.
+
+    Parameters
+    ----------
+    mha : nn.MultiheadAttention
+    query : Tensor of shape (batch, seq_q, d_model), or (seq_q, batch, d_model) if not batch_first
+    key, value : Tensor of shape (batch, seq_k, kdim / vdim), likewise
+    key_padding_mask : bool Tensor of shape (batch, seq_k), optional
+        True = padding (blocked).
+    attn_mask : bool Tensor of shape (seq_q, seq_k), optional
+        True = blocked.
+    average_attn_weights : bool, default True
+
+    Returns
+    -------
+    out : Tensor shaped like query
+    weights : Tensor of shape (batch, seq_q, seq_k), or (batch, n_heads, seq_q, seq_k)
 
     See Also
     --------

@@ -32,6 +32,10 @@ def torch_threads(n: int | None) -> Iterator[None]:
     order, so the numbers do not depend on the machine's core count. ``None`` leaves the
     setting alone.
 
+    Parameters
+    ----------
+    n : int or None
+
     See Also
     --------
     train : its ``threads=`` argument uses this.
@@ -86,6 +90,17 @@ def progress_bar(steps: int, desc: str = "training", enabled: bool = True) -> tq
     a warning and a graded cell writes nothing to stderr.
 
     ``enabled=False`` shows nothing. Use it as a context manager or call ``close()``.
+
+    Parameters
+    ----------
+    steps : int
+        Length of the loop.
+    desc : str, default "training"
+    enabled : bool, default True
+
+    Returns
+    -------
+    tqdm
 
     See Also
     --------
@@ -214,6 +229,14 @@ class History:
 
 def grad_norms(named: dict[str, torch.nn.Parameter | torch.Tensor]) -> dict[str, float]:
     """L2 norm of the gradient of each named parameter (0 where there is none).
+
+    Parameters
+    ----------
+    named : dict of name -> Parameter or Tensor
+
+    Returns
+    -------
+    dict of name -> float
 
     See Also
     --------
