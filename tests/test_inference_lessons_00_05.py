@@ -1,4 +1,4 @@
-"""Realistic wrong submissions for the graded exercises of lessons 02-04, written by hand
+"""Realistic wrong submissions for the graded exercises of lessons 01-04, written by hand
 as a learner would write them (not built from the mistake model), and the mistakes the
 checks must name: each single mistake as one id, two mistakes as exactly those two.
 
@@ -148,6 +148,40 @@ VARIANCE = {
     ),
 }
 
+
+def _norm(a):
+    return a / np.linalg.norm(a, axis=-1, keepdims=True)
+
+
+SCORE_MATRIX = {
+    "K @ Q.T": (lambda Q, K: K @ Q.T, ["scores-transposed"]),
+    "K @ Q.T / √d_k": (
+        lambda Q, K: K @ Q.T / np.sqrt(Q.shape[-1]),
+        ["scores-transposed", "scaled-too-early"],
+    ),
+    "np.dot(Q, K) / √d_k": (
+        lambda Q, K: np.dot(Q, K) / np.sqrt(K.shape[-1]),
+        ["keys-not-transposed", "scaled-too-early"],
+    ),
+    "cosines, transposed": (
+        lambda Q, K: _norm(K) @ _norm(Q).T,
+        ["cosine-not-dot", "scores-transposed"],
+    ),
+    "einsum over the keys": (lambda Q, K: np.einsum("qd,kd->qd", Q, K), ["summed-over-wrong-axis"]),
+}
+
+RELEVANCE = {
+    "query @ keys / √d_k": (
+        lambda q, K: q @ K / np.sqrt(q.shape[-1]),
+        ["keys-not-transposed", "scaled-too-early"],
+    ),
+    "cosines": (lambda q, K: _norm(K) @ _norm(q), ["cosine-not-dot"]),
+    "products, scaled": (
+        lambda q, K: K * q / np.sqrt(q.shape[-1]),
+        ["elementwise-not-summed", "scaled-too-early"],
+    ),
+}
+
 CASES = [
     pytest.param(exercise, fn, ids, id=f"{exercise}: {label}")
     for exercise, table in (
@@ -156,6 +190,8 @@ CASES = [
         ("linear_forward", LINEAR),
         ("project", PROJECT),
         ("score_variance", VARIANCE),
+        ("score_matrix", SCORE_MATRIX),
+        ("relevance_scores", RELEVANCE),
     )
     for label, (fn, ids) in table.items()
 ]

@@ -8,13 +8,19 @@ Inputs are numpy float64 arrays. Shapes are non-square (seq_q ≠ seq_k ≠ d_k)
 transposed result cannot pass by accident; one case of each exercise has seq_k == d_k so
 that "k not transposed" runs (instead of raising) and can be recognised by its values.
 Keys have different lengths, so cosine similarity cannot pass for a dot product.
+
+Diagnosis by inference (:mod:`attnlib.checks._core`): the learner's function is called on a
+probe whose keys are square (seq_k == d_k, so every classic pairing runs) and the output is
+explained as (a way of pairing queries with keys) x (rows or transposed) x (a multiplier):
+each part that differs from Q @ Kᵀ is one named mistake, so two mistakes are named as two.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from attnlib.checks._core import Case, Exercise, Misconception, register
+from attnlib.checks._core import Case, Exercise, Finding, Misconception, register
+from attnlib.checks.measure import fmt
 
 # What neither exercise may call: the library's scores (a dot product of queries and keys).
 _SCORES = ("attnlib.core.scores", "attnlib.core._scores_math")
@@ -23,6 +29,97 @@ _SCORES = ("attnlib.core.scores", "attnlib.core._scores_math")
 def _fixed_keys() -> np.ndarray:
     """The keys of both exercises' first case: (seq_k=4, d_k=3), four different lengths."""
     return np.array([[1.0, 1.0, 1.0], [0.0, 3.0, 0.0], [-1.0, 0.0, -1.0], [2.0, 0.0, 0.5]])
+
+
+# ----------------------------------------------------------------------------------------
+# Inference shared by both exercises
+# ----------------------------------------------------------------------------------------
+
+_PAIRING_IDS = {
+    "cosine": "cosine-not-dot",
+    "elementwise": "elementwise-not-summed",
+    "sum_keys": "summed-over-wrong-axis",
+    "sum_queries": "summed-over-wrong-axis",
+    "sum_all": "summed-over-wrong-axis",
+    "not_transposed": "keys-not-transposed",
+}
+_PAIRING_TEXT = {
+    "cosine": "equals the dot products of the vectors normalised to length 1 (cosines)",
+    "elementwise": "holds the feature-by-feature products, not their sums",
+    "sum_keys": "sums the products over the keys instead of over the features",
+    "sum_queries": "sums the products over the queries instead of over the features",
+    "sum_all": "sums all products into one number",
+    "not_transposed": "pairs a query with the columns of the keys (Q @ K)",
+}
+
+
+def _pairings(Q, K) -> dict:
+    """Every classic way of pairing Q (seq_q, d_k) with K (seq_k, d_k), on a square K."""
+    prod = Q[:, None, :] * K[None, :, :]  # (seq_q, seq_k, d_k)
+    qn = Q / np.linalg.norm(Q, axis=-1, keepdims=True)
+    kn = K / np.linalg.norm(K, axis=-1, keepdims=True)
+    return {
+        "dot": Q @ K.T,
+        "cosine": qn @ kn.T,
+        "elementwise": prod,
+        "sum_keys": prod.sum(axis=1),
+        "sum_queries": prod.sum(axis=0),
+        "sum_all": prod.sum(axis=(1, 2)),
+        "not_transposed": Q @ K,
+    }
+
+
+def _explain(y, candidates: dict, d_k: int):
+    """(pairing, transposed, multiplier) such that y = multiplier · candidate (or its
+    transpose); None when nothing explains y."""
+    best = None
+    for name, cand in candidates.items():
+        for transposed in (False, True):
+            c = np.swapaxes(cand, -1, -2) if (transposed and cand.ndim >= 2) else cand
+            if transposed and cand.ndim < 2:
+                continue
+            if c.shape != y.shape:
+                continue
+            denom = float((c * c).sum())
+            if denom == 0.0:
+                continue
+            mult = float((c * y).sum()) / denom
+            resid = float(np.abs(y - mult * c).max())
+            if resid <= 1e-6 * (1.0 + float(np.abs(y).max())):
+                if best is None or (name, transposed) == ("dot", False):
+                    best = (name, transposed, mult)
+    return best
+
+
+def _findings(explained, d_k: int, *, where: str, transposed_id: str | None):
+    if explained is None:
+        return []
+    name, transposed, mult = explained
+    found = []
+    if name != "dot":
+        found.append(Finding(_PAIRING_IDS[name], f"on {where}, your result {_PAIRING_TEXT[name]}."))
+    if transposed and transposed_id is not None:
+        found.append(
+            Finding(
+                transposed_id, f"on {where}, your result has one row per key: it is transposed."
+            )
+        )
+    if abs(mult - 1.0) > 1e-6:
+        if abs(mult - d_k**-0.5) < 1e-6:
+            found.append(
+                Finding(
+                    "scaled-too-early",
+                    f"on {where}, your scores are {fmt(mult)} = 1/√{d_k} times the dot products.",
+                )
+            )
+        else:
+            return []  # a multiplier no known mistake explains
+    return found
+
+
+_PROBE = np.random.default_rng(3101)
+_PROBE_Q = _PROBE.standard_normal((3, 4))  # seq_q=3, d_k=4
+_PROBE_K = _PROBE.standard_normal((4, 4)) * np.array([[0.5], [1.0], [2.0], [3.0]])  # seq_k=4
 
 
 # ----------------------------------------------------------------------------------------
@@ -82,6 +179,38 @@ def _rel_scaled(query, keys):
     return keys @ query / np.sqrt(query.shape[-1])
 
 
+def _relevance_build(*, pairing="dot", scale=None):
+    """relevance_scores with the given choices; the defaults give the correct function."""
+
+    def fn(query, keys):
+        prod = keys * query  # (seq_k, d_k)
+        y = {
+            "dot": lambda: keys @ query,
+            "cosine": lambda: _rel_cosine(query, keys),
+            "elementwise": lambda: prod,
+            "sum_keys": lambda: prod.sum(axis=0),
+            "not_transposed": lambda: query @ keys,
+        }[pairing]()
+        return y / np.sqrt(query.shape[-1]) if scale == "sqrt" else y
+
+    return fn
+
+
+def _infer_relevance(learner) -> list[Finding]:
+    q, K = _PROBE_Q[0], _PROBE_K
+    o = learner(q.copy(), K.copy())
+    y = o.array(0) if o.ok and o.arity == 1 else None
+    if y is None and o.ok and type(o.value) in (float, np.float64, np.float32):
+        y = np.asarray(float(o.value))  # one number for all keys
+    if y is None or y.dtype == bool:
+        return []
+    cands = {n: c[0] for n, c in _pairings(q[None], K).items() if n != "sum_all"}
+    cands["sum_keys"] = (K * q).sum(axis=0)
+    cands["sum_all"] = np.asarray((K * q).sum())
+    explained = _explain(np.asarray(y), cands, 4)
+    return _findings(explained, 4, where="a query (4,) and keys (4, 4)", transposed_id=None)
+
+
 register(
     Exercise(
         name="relevance_scores",
@@ -91,6 +220,8 @@ register(
         make_cases=_relevance_cases,
         make_hidden_cases=_relevance_hidden_cases,
         forbidden=_SCORES,
+        infer=_infer_relevance,
+        build=_relevance_build,
         misconceptions=(
             Misconception(
                 "cosine-not-dot",
@@ -98,12 +229,14 @@ register(
                 "Attention uses the plain dot product: a longer key gets a larger score. "
                 "Drop the division by the norms.",
                 (_rel_cosine,),
+                {"pairing": "cosine"},
             ),
             Misconception(
                 "elementwise-not-summed",
                 "You return the products feature by feature, shape (seq_k, d_k). A dot "
                 "product adds them up: sum over the last axis (axis=-1), or use keys @ query.",
                 (_rel_elementwise,),
+                {"pairing": "elementwise"},
             ),
             Misconception(
                 "summed-over-wrong-axis",
@@ -111,6 +244,7 @@ register(
                 "per feature) or over everything (one number in all). Each key gets its own "
                 "score: sum over the feature axis only, (keys * query).sum(axis=-1).",
                 (_rel_sum_axis0, _rel_sum_all),
+                {"pairing": "sum_keys"},
             ),
             Misconception(
                 "keys-not-transposed",
@@ -118,12 +252,14 @@ register(
                 "across all keys), not with its rows (one key each). keys has shape "
                 "(seq_k, d_k): use keys @ query, or query @ keys.T.",
                 (_rel_not_transposed,),
+                {"pairing": "not_transposed"},
             ),
             Misconception(
                 "scaled-too-early",
                 "The scores are divided by √d_k. That scaling is part of attention (lesson "
                 "04), but this exercise asks for the plain dot products: drop the division.",
                 (_rel_scaled,),
+                {"scale": "sqrt"},
             ),
         ),
     )
@@ -191,6 +327,35 @@ def _mat_scaled(Q, K):
     return Q @ K.T / np.sqrt(Q.shape[-1])
 
 
+def _matrix_build(*, pairing="dot", layout="rows", scale=None):
+    """score_matrix with the given choices; the defaults give the correct function."""
+
+    def fn(Q, K):
+        y = {
+            "dot": lambda: Q @ K.T,
+            "cosine": lambda: _mat_cosine(Q, K),
+            "elementwise": lambda: _mat_elementwise(Q, K),
+            "sum_keys": lambda: _mat_sum_keys(Q, K),
+            "not_transposed": lambda: Q @ K,
+        }[pairing]()
+        if layout == "transposed":
+            y = np.swapaxes(y, -1, -2)
+        return y / np.sqrt(Q.shape[-1]) if scale == "sqrt" else y
+
+    return fn
+
+
+def _infer_matrix(learner) -> list[Finding]:
+    o = learner(_PROBE_Q.copy(), _PROBE_K.copy())
+    y = o.array(0) if o.ok and o.arity == 1 else None
+    if y is None or y.dtype == bool:
+        return []
+    cands = _pairings(_PROBE_Q, _PROBE_K)
+    explained = _explain(np.asarray(y), cands, 4)
+    where = "Q (3, 4) and K (4, 4)"
+    return _findings(explained, 4, where=where, transposed_id="scores-transposed")
+
+
 register(
     Exercise(
         name="score_matrix",
@@ -199,6 +364,17 @@ register(
         make_cases=_matrix_cases,
         make_hidden_cases=_matrix_hidden_cases,
         forbidden=_SCORES,
+        infer=_infer_matrix,
+        build=_matrix_build,
+        exclusive=(
+            # a 3-D array of products has no (seq_k, seq_q) layout to get wrong
+            frozenset({"elementwise-not-summed", "scores-transposed"}),
+            # summed over the keys, transposed: (d_k, seq_q), which on square K is a sum
+            # over queries of another layout; summed over the queries covers it
+            frozenset({"summed-over-wrong-axis", "scores-transposed"}),
+            # (Q @ K)ᵀ = Kᵀ @ Qᵀ: no longer reads as one mistake in the pairing of rows
+            frozenset({"keys-not-transposed", "scores-transposed"}),
+        ),
         misconceptions=(
             Misconception(
                 "cosine-not-dot",
@@ -206,6 +382,7 @@ register(
                 "similarity. Attention uses the plain dot product: drop the division by the "
                 "norms.",
                 (_mat_cosine,),
+                {"pairing": "cosine"},
             ),
             Misconception(
                 "elementwise-not-summed",
@@ -213,12 +390,14 @@ register(
                 "score is the sum of those products over the feature axis: add .sum(axis=-1), "
                 "or simply use Q @ K.T.",
                 (_mat_elementwise,),
+                {"pairing": "elementwise"},
             ),
             Misconception(
                 "summed-over-wrong-axis",
                 "The products are added over a position axis (keys or queries) instead of the "
                 "feature axis d_k. Score [i, j] sums q_i[f] * k_j[f] over the features f only.",
                 (_mat_sum_keys, _mat_sum_queries),
+                {"pairing": "sum_keys"},
             ),
             Misconception(
                 "scores-transposed",
@@ -226,18 +405,21 @@ register(
                 "are keys, so the score matrix is Q @ K.T with shape (seq_q, seq_k), not "
                 "K @ Q.T.",
                 (_mat_transposed,),
+                {"layout": "transposed"},
             ),
             Misconception(
                 "keys-not-transposed",
                 "K is not transposed: Q @ K pairs the features of a query with one feature of "
                 "every key (it only runs when seq_k == d_k). Compare rows with rows: Q @ K.T.",
                 (_mat_not_transposed,),
+                {"pairing": "not_transposed"},
             ),
             Misconception(
                 "scaled-too-early",
                 "The scores are divided by √d_k. Attention does that (lesson 04), but this "
                 "exercise asks for the raw dot products Q @ K.T: drop the division.",
                 (_mat_scaled,),
+                {"scale": "sqrt"},
             ),
         ),
     )
