@@ -22,6 +22,7 @@ import math
 import numpy as np
 
 from attnlib.checks._core import Case, Exercise, Finding, Misconception, register
+from attnlib.checks.measure import fmt
 from attnlib.core import softmax as _softmax
 from attnlib.tasks.scaling import choose_scale as _choose_scale
 from attnlib.tasks.scaling import predicted_score_variance as _predicted_score_variance
@@ -260,6 +261,105 @@ def _jac_one_row_only(p):
     return np.diag(p) - np.outer(p, p) if p.ndim == 1 else np.diag(p) - _outer(p)
 
 
+def _jacobian_build(*, terms="both", batch="per_row"):
+    """softmax_jacobian with the given choices; the defaults give the correct function.
+
+    ``terms``: "both" (diag(p) − p pᵀ), "diag" (diag(p) only), "outer" (−p pᵀ only) or
+    "flipped" (p pᵀ − diag(p)); ``batch``: "per_row", "mixed" (the outer product summed
+    over the batch) or "one_row" (np.diag / np.outer, which only handle one 1-D row).
+    """
+    a, b = {"both": (1, -1), "diag": (1, 0), "outer": (0, -1), "flipped": (-1, 1)}[terms]
+
+    def fn(p):
+        if batch == "one_row":
+            return a * np.diag(p) + b * (np.outer(p, p) if p.ndim == 1 else _outer(p))
+        if batch == "mixed":
+            flat = p.reshape(-1, p.shape[-1])
+            return a * _diag_embed(p) + b * (flat.T @ flat)
+        return a * _diag_embed(p) + b * _outer(p)
+
+    return fn
+
+
+_JAC_ROW = _softmax(np.array([0.4, -1.1, 1.7, 0.2, -0.3]))  # (5,)
+_JAC_BATCH = _softmax(
+    np.array([[0.4, -1.1, 1.7, 0.2, -0.3], [1.2, 0.5, -0.7, 0.0, 2.1], [-0.2, 0.9, 0.3, -1.5, 0.6]])
+)
+
+
+def _fit_terms(J, p):
+    """(a, b) with J = a·diag(p) + b·p pᵀ exactly (to 1e-9), or None."""
+    basis = np.stack([np.diag(p).ravel(), np.outer(p, p).ravel()], axis=1)  # (n², 2)
+    coef, *_ = np.linalg.lstsq(basis, J.ravel(), rcond=None)
+    if np.abs(basis @ coef - J.ravel()).max() > 1e-9:
+        return None
+    return tuple(float(np.round(c, 6)) for c in coef)
+
+
+def _infer_jacobian(learner) -> list[Finding]:
+    o = learner(_JAC_ROW.copy())
+    J = o.array(0) if o.ok and o.arity == 1 else None
+    if J is None or J.shape != (5, 5):
+        return []
+    ab = _fit_terms(J, _JAC_ROW)
+    terms = {
+        (1.0, -1.0): None,
+        (1.0, 0.0): "jacobian-missing-outer",
+        (0.0, -1.0): "jacobian-missing-diag",
+        (-1.0, 1.0): "jacobian-sign",
+    }
+    if ab not in terms:
+        return []
+    found = []
+    if terms[ab] is not None:
+        a, b = ab
+        found.append(
+            Finding(
+                terms[ab],
+                f"for one row p, your matrix is {fmt(a)}·diag(p) "
+                f"{'+' if b >= 0 else '−'} {fmt(abs(b))}·p pᵀ.",
+            )
+        )
+    a, b = ab
+    ob = learner(_JAC_BATCH.copy())
+    Jb = ob.array(0) if ob.ok and ob.arity == 1 else None
+    P = _JAC_BATCH
+    per_row = a * _diag_embed(P) + b * _outer(P)
+    mixed = a * _diag_embed(P) + b * (P.T @ P)
+    if (
+        Jb is not None
+        and Jb.shape == per_row.shape
+        and np.allclose(Jb, per_row, rtol=1e-7, atol=1e-10)
+    ):
+        return found
+    if (
+        Jb is not None
+        and Jb.shape == mixed.shape
+        and b != 0
+        and np.allclose(Jb, mixed, rtol=1e-7, atol=1e-10)
+    ):
+        found.append(
+            Finding(
+                "jacobian-batch-mixed",
+                "for a batch of 3 rows, the outer-product part of every row's matrix is p.T @ p, "
+                "summed over all rows.",
+            )
+        )
+        return found
+    what = (
+        ob.error()[:100]
+        if not ob.ok
+        else f"shape {None if Jb is None else Jb.shape}, values not per row"
+    )
+    found.append(
+        Finding(
+            "jacobian-one-row-only",
+            f"right for one row, but for a batch of 3 rows of 5 weights you return: {what}.",
+        )
+    )
+    return found
+
+
 register(
     Exercise(
         name="softmax_jacobian",
@@ -270,6 +370,12 @@ register(
         rtol=1e-7,
         atol=1e-10,
         forbidden=("attnlib.tasks.scaling.softmax_jacobian",),
+        infer=_infer_jacobian,
+        build=_jacobian_build,
+        exclusive=(
+            # without the outer product there is no outer product to mix across the batch
+            frozenset({"jacobian-missing-outer", "jacobian-batch-mixed"}),
+        ),
         misconceptions=(
             Misconception(
                 "jacobian-missing-outer",
@@ -277,24 +383,28 @@ register(
                 "Every weight shares the normalising sum, so raising score j lowers every "
                 "other weight: subtract the outer product p pᵀ.",
                 (_diag_embed,),
+                {"terms": "diag"},
             ),
             Misconception(
                 "jacobian-missing-diag",
                 "Only −p pᵀ: the δ_ij term is missing. ∂p_i/∂s_j = p_i (δ_ij − p_j), so the "
                 "diagonal carries an extra +p_i.",
                 (lambda p: -_outer(p),),
+                {"terms": "outer"},
             ),
             Misconception(
                 "jacobian-sign",
                 "The sign is flipped: raising a score raises its own weight, so the diagonal "
                 "p_i (1 − p_i) must be positive. J = diag(p) − p pᵀ.",
                 (lambda p: _outer(p) - _diag_embed(p),),
+                {"terms": "flipped"},
             ),
             Misconception(
                 "jacobian-batch-mixed",
                 "The outer product is summed over the batch (p.T @ p), mixing different rows. "
                 "Each row has its own Jacobian: p[..., :, None] * p[..., None, :].",
                 (_jac_batch_mixed,),
+                {"batch": "mixed"},
             ),
             Misconception(
                 "jacobian-one-row-only",
@@ -303,6 +413,7 @@ register(
                 "with broadcasting: p[..., :, None] * np.eye(seq_k) and "
                 "p[..., :, None] * p[..., None, :].",
                 (_jac_one_row_only,),
+                {"batch": "one_row"},
             ),
         ),
     )
@@ -385,6 +496,72 @@ def _scale_mean_weights(s, h):
     return _bisect(ok)
 
 
+def _choose_build(*, units="nats", aggregate="mean", returns="scale"):
+    """choose_scale with the given choices; the defaults give the correct function.
+
+    ``units``: "nats" or "bits"; ``aggregate``: "mean" (of the rows' entropies), "min" (the
+    worst row) or "of_mean" (the entropy of the averaged weights); ``returns``: "scale" or
+    "temperature" (1/scale).
+    """
+    log = np.log2 if units == "bits" else np.log
+
+    def fn(s, h):
+        def ok(c):
+            if aggregate == "min":
+                return _entropies(c, s, log).min() >= h
+            if aggregate == "of_mean":
+                p = _softmax(c * s).mean(axis=0)  # (seq_k,)
+                return -(p * log(np.where(p > 0, p, 1.0))).sum() >= h
+            return _entropies(c, s, log).mean() >= h
+
+        c = _bisect(ok)
+        return 1.0 / c if returns == "temperature" else c
+
+    return fn
+
+
+_CS_ROWS = np.einsum(
+    "nd,nkd->nk",
+    np.random.default_rng(4005).standard_normal((20, 16)),
+    np.random.default_rng(4006).standard_normal((20, 8, 16)),
+)  # (20, 8): raw dot products at d_k = 16
+_CS_ROWS[:, 0] += 30.0  # one key every row prefers: the averaged weights can sharpen too
+_CS_BUDGET = 1.5  # nats; below log2(8) = 3, so a budget in bits is reachable too
+
+
+def _infer_choose(learner) -> list[Finding]:
+    o = learner(_CS_ROWS.copy(), _CS_BUDGET)
+    v = o.value if o.ok else None
+    if type(v) not in (float, np.float64, np.float32) or not math.isfinite(float(v)) or v <= 0:
+        return []
+    v = float(v)
+    for units in ("nats", "bits"):
+        for aggregate in ("mean", "min", "of_mean"):
+            c = _choose_build(units=units, aggregate=aggregate)(_CS_ROWS, _CS_BUDGET)
+            for returns, value in (("scale", c), ("temperature", 1.0 / c)):
+                if math.isclose(v, value, rel_tol=1e-4):
+                    return _choose_findings(units, aggregate, returns, v)
+    return []
+
+
+def _choose_findings(units, aggregate, returns, v) -> list[Finding]:
+    where = f"for 20 rows of 8 keys and a budget of {_CS_BUDGET} nats you return {fmt(v)}"
+    found = []
+    if units == "bits":
+        found.append(Finding("entropy-in-bits", f"{where}: the scale that budget allows in bits."))
+    if returns == "temperature":
+        found.append(Finding("temperature-not-scale", f"{where}: one over the scale it allows."))
+    if aggregate == "min":
+        found.append(Finding("worst-row-entropy", f"{where}: what keeps every row above it."))
+    if aggregate == "of_mean":
+        found.append(
+            Finding(
+                "entropy-of-mean-weights", f"{where}: what keeps the averaged weights above it."
+            )
+        )
+    return found
+
+
 register(
     Exercise(
         name="choose_scale",
@@ -395,24 +572,29 @@ register(
         rtol=1e-4,
         atol=1e-9,
         forbidden=("attnlib.tasks.scaling.choose_scale",),
+        infer=_infer_choose,
+        build=_choose_build,
         misconceptions=(
             Misconception(
                 "entropy-in-bits",
                 "The entropy is measured in bits (log2). The threshold is in nats: use the "
                 "natural log, np.log.",
                 (_scale_bits,),
+                {"units": "bits"},
             ),
             Misconception(
                 "temperature-not-scale",
                 "You returned a temperature T (scores divided by T) instead of the scale c "
                 "that multiplies them; c = 1/T.",
                 (_scale_temperature,),
+                {"returns": "temperature"},
             ),
             Misconception(
                 "worst-row-entropy",
                 "You required every row to stay above the threshold (the minimum entropy). "
                 "The rule is about the mean entropy over the rows.",
                 (_scale_worst_row,),
+                {"aggregate": "min"},
             ),
             Misconception(
                 "entropy-of-mean-weights",
@@ -420,6 +602,7 @@ register(
                 "peaked rows look spread out (they peak at different keys). Compute each row's "
                 "entropy, then average.",
                 (_scale_mean_weights,),
+                {"aggregate": "of_mean"},
             ),
         ),
     )
