@@ -1,4 +1,4 @@
-"""Realistic wrong submissions for the graded exercises of lessons 01-04, written by hand
+"""Realistic wrong submissions for the graded exercises of lessons 01-05, written by hand
 as a learner would write them (not built from the mistake model), and the mistakes the
 checks must name: each single mistake as one id, two mistakes as exactly those two.
 
@@ -182,6 +182,32 @@ RELEVANCE = {
     ),
 }
 
+
+def _lookup(names, numbers, query_pos, n_names, n_numbers, *, target, leak=False, swap=False):
+    rows = np.arange(len(names))
+    a, b = np.eye(n_names)[names], np.eye(n_numbers)[numbers]
+    tokens = np.concatenate([b, a] if swap else [a, b], axis=-1)
+    asked = np.eye(n_names)[names[rows, query_pos]]
+    num = np.eye(n_numbers)[numbers[rows, query_pos]] if leak else np.zeros((len(names), n_numbers))
+    query = np.concatenate([num, asked] if swap else [asked, num], axis=-1)[:, None]
+    return tokens, query, target(names, numbers, query_pos, rows)
+
+
+LOOKUP = {
+    "target from token 0, query is the whole token": (
+        lambda *a: _lookup(*a, target=lambda na, nu, qp, r: nu[:, 0], leak=True),
+        ["target-from-wrong-token", "query-leaks-answer"],
+    ),
+    "numbers first, target is the position": (
+        lambda *a: _lookup(*a, target=lambda na, nu, qp, r: qp.copy(), swap=True),
+        ["target-is-position", "feature-blocks-swapped"],
+    ),
+    "target is the name": (
+        lambda *a: _lookup(*a, target=lambda na, nu, qp, r: na[r, qp]),
+        ["target-is-name"],
+    ),
+}
+
 CASES = [
     pytest.param(exercise, fn, ids, id=f"{exercise}: {label}")
     for exercise, table in (
@@ -192,6 +218,7 @@ CASES = [
         ("score_variance", VARIANCE),
         ("score_matrix", SCORE_MATRIX),
         ("relevance_scores", RELEVANCE),
+        ("lookup_batch", LOOKUP),
     )
     for label, (fn, ids) in table.items()
 ]

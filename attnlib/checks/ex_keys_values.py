@@ -106,6 +106,57 @@ def _lb_variant(*, target="right", query="name", layout="name-first"):
     return fn
 
 
+# A probe where every wrong reading gives other numbers: the asked token is never token 0,
+# its number differs from token 0's, and names, numbers and positions differ from each other.
+_LB_NAMES = np.array([[4, 0, 2], [1, 3, 0]])
+_LB_NUMBERS = np.array([[0, 2, 1], [2, 0, 1]])
+_LB_POS = np.array([1, 2])
+_LB_N_NAMES, _LB_N_NUMBERS = 5, 3
+
+
+def _infer_lookup(learner) -> list[Finding]:
+    names, numbers, pos = _LB_NAMES, _LB_NUMBERS, _LB_POS
+    o = learner(names.copy(), numbers.copy(), pos.copy(), _LB_N_NAMES, _LB_N_NUMBERS)
+    if not o.ok or o.arity != 3 or any(o.array(i) is None for i in range(3)):
+        return []
+    tokens, query, target = (o.array(i) for i in range(3))
+    rows = np.arange(2)
+    a, b = np.eye(_LB_N_NAMES)[names], np.eye(_LB_N_NUMBERS)[numbers]  # (2, 3, 5), (2, 3, 3)
+    layouts = {
+        "name-first": np.concatenate([a, b], axis=-1),
+        "number-first": np.concatenate([b, a], axis=-1),
+    }
+    layout = next(
+        (k for k, v in layouts.items() if tokens.shape == v.shape and np.array_equal(tokens, v)),
+        None,
+    )
+    found = []
+    if layout == "number-first":
+        found.append(
+            Finding(
+                "feature-blocks-swapped",
+                "with 5 names and 3 numbers, each token's first 3 columns hold its number.",
+            )
+        )
+    if layout is not None and query.shape == (2, 1, 8):
+        q = query[:, 0]
+        num_block = q[:, :3] if layout == "number-first" else q[:, 5:]
+        if np.array_equal(num_block, np.eye(_LB_N_NUMBERS)[numbers[rows, pos]]):
+            found.append(
+                Finding("query-leaks-answer", "the number block of your query is the asked number.")
+            )
+    if target.shape == (2,):
+        readings = {
+            "target-from-wrong-token": (numbers[:, 0], "the number of token 0"),
+            "target-is-name": (names[rows, pos], "the asked token's name"),
+            "target-is-position": (pos, "the asked position"),
+        }
+        for mid, (value, what) in readings.items():
+            if np.array_equal(target, value):
+                found.append(Finding(mid, f"your targets {target.tolist()} are {what}."))
+    return found
+
+
 register(
     Exercise(
         name="lookup_batch",
@@ -115,24 +166,29 @@ register(
         make_cases=_lookup_cases,
         make_hidden_cases=_lookup_hidden_cases,
         forbidden=("attnlib.tasks.lookup.lookup_batch", "attnlib.tasks.lookup.sample_lookup"),
+        infer=_infer_lookup,
+        build=_lb_variant,
         misconceptions=(
             Misconception(
                 "target-from-wrong-token",
                 "The target is the number of token 0, not of the token the query asks for. "
                 "Take it from the asked position: numbers[np.arange(batch), query_pos].",
                 (_lb_variant(target="first-token"),),
+                {"target": "first-token"},
             ),
             Misconception(
                 "target-is-position",
                 "The target is the position of the asked token. The model must return what "
                 "is stored there: numbers[np.arange(batch), query_pos].",
                 (_lb_variant(target="pos"),),
+                {"target": "pos"},
             ),
             Misconception(
                 "target-is-name",
                 "The target is the asked token's name — which the query already contains. "
                 "The answer is the *number* carried by that token.",
                 (_lb_variant(target="name"),),
+                {"target": "name"},
             ),
             Misconception(
                 "query-leaks-answer",
@@ -140,6 +196,7 @@ register(
                 "and the model can skip attention altogether. Leave the number block of the "
                 "query at zero.",
                 (_lb_variant(query="leak"),),
+                {"query": "leak"},
             ),
             Misconception(
                 "feature-blocks-swapped",
@@ -147,6 +204,7 @@ register(
                 "one_hot(number)] — names in the first n_names columns — for tokens and query "
                 "alike.",
                 (_lb_variant(layout="number-first"),),
+                {"layout": "number-first"},
             ),
         ),
     )
