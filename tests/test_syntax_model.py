@@ -194,14 +194,25 @@ def test_plots_draw_the_data_they_are_given():
 
     from attnlib import plot
 
-    pts = np.array([[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]])
-    ax = plot.role_scatter(pts, np.array([0, 1, 0]), ["a", "b"])
-    drawn = {
-        t.get_text(): c.get_offsets()
-        for t, c in zip(ax.get_legend().get_texts(), ax.collections, strict=True)
-    }
-    np.testing.assert_array_equal(drawn["a (2)"], pts[[0, 2]])
-    np.testing.assert_array_equal(drawn["b (1)"], pts[[1]])
+    pts = np.array([[0.0, 1.0], [2.0, 3.0], [4.0, 5.0], [6.0, 7.0]])
+    labels = np.array([1, 0, 1, 1])
+    ax = plot.role_scatter(pts, labels, ["a", "b"])
+    drawn = {c.get_label(): c.get_offsets() for c in ax.collections}
+    np.testing.assert_array_equal(drawn["a (1)"], pts[[1]])
+    np.testing.assert_array_equal(drawn["b (3)"], pts[[0, 2, 3]])
+    # the largest group is drawn first, so the small one lies on top; the legend keeps label order
+    assert [c.get_label() for c in ax.collections] == ["b (3)", "a (1)"]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["a (1)", "b (3)"]
+    # small multiples: one visible panel per label, its points over all the others in grey
+    fig = plot.role_scatter(pts, labels, ["a", "b"], panels=True, ncols=2)
+    visible = [a for a in fig.axes if a.get_visible()]
+    assert [a.get_title() for a in visible] == ["a (1)", "b (3)"]
+    for a, c in zip(visible, (0, 1), strict=True):
+        grey, mine = a.collections
+        np.testing.assert_array_equal(mine.get_offsets(), pts[labels == c])
+        np.testing.assert_array_equal(grey.get_offsets(), pts[labels != c])
+    with pytest.raises(ValueError, match="panels=True"):
+        plot.role_scatter(pts, labels, ["a", "b"], panels=True, ax=ax)
     vals = np.array([[0.5, 0.1], [0.6, 0.2], [0.7, 0.3]])
     ax = plot.grouped_bars(vals, ["h0", "h1", "h2"], ["subject", "attractor"])
     heights = [p.get_height() for p in ax.patches]
