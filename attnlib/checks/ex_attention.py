@@ -153,11 +153,15 @@ def _softmax_hidden_cases() -> list[Case]:
     apart = np.round(rng.standard_normal((2, 3, 5)) * 3 * 256) / 256
     apart[:, 0] += 6e3
     apart[:, 1] -= 6e3
+    masked = rng.standard_normal((4, 5)) * 2
+    masked[rng.random((4, 5)) < 0.35] = -np.inf
+    masked[:, 2] = rng.standard_normal(4)  # every row keeps at least one key
     return [
         Case("hidden: 5 queries x 3 keys", (rng.standard_normal((5, 3)) * 2,)),
         Case("hidden: batch 3, 2 queries x 7 keys", (rng.standard_normal((3, 2, 7)),)),
         Case("hidden: large scores around 5e3", (large,)),
         Case("hidden: batch 2, rows near +6e3, -6e3 and ordinary", (apart,)),
+        Case("hidden: 4 queries x 5 keys, some scores masked (-inf)", (masked,)),
     ]
 
 
