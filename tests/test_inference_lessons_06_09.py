@@ -509,3 +509,16 @@ def test_syntax_cases_cover_the_stated_rules():
     assert all(np.abs(c.args[0].mean(0)).max() > 0.5 for c in far)
     classes = {int(max(c.args[1].max(), c.args[3].max())) + 1 for c in far + centred}
     assert {2, 3, 4} <= classes
+
+
+def test_a_check_of_several_mistakes_stays_well_under_a_second():
+    # CPU time of this process: other jobs on a shared machine do not count against it.
+    import time
+
+    worst = {}
+    for name, fn, _ in REALISTIC:
+        t0 = time.process_time()
+        checks.run(name, fn)
+        worst[f"{name}/{fn.__name__}"] = time.process_time() - t0
+    slowest = max(worst, key=worst.get)
+    assert worst[slowest] < 1.0, (slowest, worst[slowest])
