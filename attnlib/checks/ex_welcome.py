@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnlib.checks._core import Case, Exercise, Misconception, register
+from attnlib.checks._core import Case, Exercise, Finding, Misconception, register
 
 
 def _cases() -> list[Case]:
@@ -54,6 +54,54 @@ def _keepdims_missing(x):
     return x / x.sum(axis=-1)  # (seq_q,) broadcasts against the columns, not the rows
 
 
+def _build(*, over="rows"):
+    """normalise_rows dividing by the sum over ``over``: "rows" (correct), "everything",
+    "columns" or "rows-no-keepdims"."""
+    return {
+        "rows": _reference,
+        "everything": _over_everything,
+        "columns": _over_columns,
+        "rows-no-keepdims": _keepdims_missing,
+    }[over]
+
+
+_PROBE = np.random.default_rng(1001).uniform(0.1, 3.0, (3, 5))  # three rows of five
+
+
+def _infer(learner) -> list[Finding]:
+    """Which sums come out as 1 on a (3, 5) matrix — rows, columns or everything — and
+    whether the function runs on a square matrix but raises on this one."""
+    o = learner(_PROBE.copy())
+    if not o.ok:
+        square = learner(_PROBE[:, :3].copy())
+        if square.ok:
+            return [
+                Finding(
+                    "keepdims-missing",
+                    f"your function runs on a square (3, 3) matrix but raises on a (3, 5) one "
+                    f"({o.error()[:80]}): the row sums lost their axis.",
+                )
+            ]
+        return []
+    w = o.array(0) if o.arity == 1 else None
+    if w is None or w.shape != _PROBE.shape:
+        return []
+    if np.allclose(w.sum(axis=-1), 1.0):
+        return []
+    if np.allclose(w.sum(axis=0), 1.0):
+        sums = np.round(w.sum(axis=0), 3).tolist()
+        return [Finding("sum-over-columns", f"on a (3, 5) matrix the columns sum to {sums}.")]
+    if np.isclose(w.sum(), 1.0):
+        return [
+            Finding(
+                "sum-over-everything",
+                f"on a (3, 5) matrix all 15 entries together sum to 1 (the rows to "
+                f"{np.round(w.sum(axis=-1), 3).tolist()}).",
+            )
+        ]
+    return []
+
+
 register(
     Exercise(
         name="normalise_rows",
@@ -61,6 +109,8 @@ register(
         reference=_reference,
         make_cases=_cases,
         make_hidden_cases=_hidden_cases,
+        infer=_infer,
+        build=_build,
         misconceptions=(
             Misconception(
                 "sum-over-everything",
@@ -68,6 +118,7 @@ register(
                 "but on a matrix every row must be divided by its own sum: "
                 "x.sum(axis=-1, keepdims=True).",
                 (_over_everything,),
+                {"over": "everything"},
             ),
             Misconception(
                 "sum-over-columns",
@@ -75,6 +126,7 @@ register(
                 "Rows are queries and their weights run along the last axis: sum with "
                 "axis=-1 (and keepdims=True).",
                 (_over_columns,),
+                {"over": "columns"},
             ),
             Misconception(
                 "keepdims-missing",
@@ -83,6 +135,7 @@ register(
                 "j's sum (and other shapes fail to broadcast). Keep the axis: "
                 "x.sum(axis=-1, keepdims=True).",
                 (_keepdims_missing,),
+                {"over": "rows-no-keepdims"},
             ),
         ),
     )
