@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+from matplotlib.colors import to_rgba
 
 from attnlib.plot._base import (
     FONT,
@@ -44,10 +45,11 @@ def role_scatter(
     names : sequence of str
     panels : bool
         False (default): one Axes; the largest group is drawn first and markers are
-        hollow, so a small group is never buried under a large one. True: small multiples,
-        one panel per label (``ncols`` per row, shared axes), that label's points in its
-        colour and marker over every other point in light grey — no group can hide
-        another. Returns the Figure (``ax`` must then be None).
+        nearly hollow (faces at 25 % opacity), so a small group is never buried under a
+        large one. True: small multiples, one panel per label (``ncols`` per row, shared
+        axes), that label's points in its colour and marker over every other point in
+        light grey — no group can hide another. Returns the Figure (``ax`` must then be
+        None).
     """
     p, lab = as_numpy(points), as_numpy(labels)
     if p.ndim != 2 or p.shape[1] != 2:
@@ -94,7 +96,7 @@ def role_scatter(
                 p[sel, 0],
                 p[sel, 1],
                 s=18,
-                facecolors="none",
+                facecolors=to_rgba(colour, 0.25),  # nearly hollow: what lies below shows
                 edgecolors=colour,
                 linewidths=0.9,
                 marker=MARKERS[c % len(MARKERS)],
