@@ -36,7 +36,10 @@ from hostile import HONEST, HOSTILE
 from nbfixtures import LESSONS, PART_LESSONS, reference_source, set_solution
 from nbfixtures import write_lessons as write_fixture_lessons
 
-from attnlib.course import gradebook, sandbox
+from attnlib.course.grader import sandbox
+from attnlib.course.grader.autograde import autograde
+from attnlib.course.grader.course import is_graded, load_config, release
+from attnlib.course.grader.export import feedback
 from attnlib.course.lessons import lesson_paths
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,7 +61,7 @@ NESTED_SWALLOW_LOOP = """def softmax(x):
 """
 WRONG_ATTEND = "def attend(q, k, v, mask=None):\n    return q, k\n"
 
-LESSON_PATHS = [p for p in lesson_paths(ROOT / "notebooks") if gradebook.is_graded(p)]
+LESSON_PATHS = [p for p in lesson_paths(ROOT / "notebooks") if is_graded(p)]
 A, B = LESSONS
 (C,) = PART_LESSONS  # decode_step in two parts of one point (cache, output)
 FIXTURES = [*LESSONS, *PART_LESSONS]
@@ -193,7 +196,7 @@ def _exchange(cfg, cls, assignment: str, student: str | None = None, **kw):
 
 
 def _exchange_config(course: Path, exchange: Path, who: str = "instructor"):
-    cfg = gradebook.load_config(course)
+    cfg = load_config(course)
     cfg.Exchange.root = str(exchange)
     cfg.Exchange.cache = str(exchange.parent / "cache" / who)  # each user's own, as on a hub
     return cfg
@@ -294,7 +297,7 @@ def grade(
     for path in lessons:
         shutil.copy(path, notebooks / path.name)
     course.mkdir()
-    names = gradebook.release(course, notebooks)
+    names = release(course, notebooks)
     phase("release")
     if scenarios:
         add_scenarios(course, notebooks)
@@ -309,7 +312,7 @@ def grade(
         exchange_out(course, tmp / "exchange", homes)
         phase("exchange out")
     lines: list[str] = []
-    outcomes = gradebook.autograde(
+    outcomes = autograde(
         course,
         notebooks,
         timeout=TIMEOUT,
@@ -319,7 +322,7 @@ def grade(
     )
     phase("autograde")
     print("\n".join(lines))
-    gradebook.feedback(course, echo=lines.append)
+    feedback(course, echo=lines.append)
     phase("feedback")
     if scenarios:
         exchange_back(course, tmp / "exchange", homes)

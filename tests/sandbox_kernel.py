@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 
-from attnlib.course import sandbox
+from attnlib.course.grader import sandbox
 
 
 @contextlib.contextmanager

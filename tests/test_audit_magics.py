@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from attnlib.course import gradebook
+from attnlib.course.grader import audit
 
 FORBIDDEN = {"attend", "softmax"}
 
@@ -45,7 +45,7 @@ HOOK = (
     ],
 )
 def test_ordinary_magics_are_no_finding(source):
-    assert gradebook.audit_code(source, FORBIDDEN) == []
+    assert audit.audit_code(source, FORBIDDEN) == []
 
 
 @pytest.mark.parametrize(
@@ -78,14 +78,14 @@ def test_ordinary_magics_are_no_finding(source):
     ],
 )
 def test_code_given_to_a_magic_is_audited(source, reason):
-    assert reason in gradebook.audit_code(source, FORBIDDEN)
+    assert reason in audit.audit_code(source, FORBIDDEN)
 
 
 def test_aliases_made_inside_a_magic_are_followed_in_other_cells():
-    found = gradebook.audit_cells(
+    found = audit.audit_cells(
         ["%%time\nimport attnlib.checks as _c\nx = 1", "_c.check_hidden = lambda *a, **k: None"],
         FORBIDDEN,
     )
     assert found[1] == ["assigns to _c.check_hidden"]
-    found = gradebook.audit_cells(["_g = get_ipython", "%%time\n_h = _g().events"], set())
+    found = audit.audit_cells(["_g = get_ipython", "%%time\n_h = _g().events"], set())
     assert "uses _g().events" in found[1]

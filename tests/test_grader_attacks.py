@@ -21,8 +21,8 @@ import nbformat
 import numpy as np
 import pytest
 
-from attnlib.checks import grading
-from attnlib.course import gradebook, sandbox
+from attnlib.checks import grading, protocol, trust
+from attnlib.course.grader import audit, autograde, execution, export, sandbox
 from attnlib.course.safe_outputs import markdown_is_active
 
 NO_SANDBOX = sandbox.unavailable()
@@ -133,8 +133,8 @@ def test_a_process_with_a_live_thread_counts_as_running_though_its_main_thread_i
                 break
             time.sleep(0.05)
         assert main == "Z"  # what the kernel and the grader used to skip
-        assert grading.process_state(proc.pid, main) not in "ZX"
-        tree = gradebook._process_tree(os.getpid())
+        assert protocol.process_state(proc.pid, main) not in "ZX"
+        tree = execution._process_tree(os.getpid())
         assert tree[proc.pid] not in "ZX"
     finally:
         proc.kill()
@@ -153,11 +153,11 @@ def test_a_process_with_a_live_thread_counts_as_running_though_its_main_thread_i
     ],
 )
 def test_every_spawn_exec_and_fork_variant_is_a_finding(call):
-    assert f"calls {call.split('(')[0]}()" in gradebook.audit_code(f"import os\n{call}", set())
+    assert f"calls {call.split('(')[0]}()" in audit.audit_code(f"import os\n{call}", set())
 
 
 def test_runpy_is_a_finding():
-    found = gradebook.audit_code("import runpy\nns = runpy.run_path('x.py')", set())
+    found = audit.audit_code("import runpy\nns = runpy.run_path('x.py')", set())
     assert "imports runpy" in found and "uses runpy.run_path" in found
 
 
@@ -171,29 +171,30 @@ def test_the_reference_run_from_another_spelling_of_its_path_is_recognised():
 
     copy = runpy.run_path(attnlib.__path__[0] + "//core.py")["softmax"]
     assert "//" in inspect.unwrap(copy).__code__.co_filename
-    watch = grading._Watch(grading.refused_calls("softmax"))
+    watch = grading._Watch(protocol.refused_calls("softmax"))
     obs = grading.observe(copy, [((np.zeros((2, 3)),), {})], watch)
     assert "attnlib.core.softmax" in obs.calls
 
 
 def test_a_builtins_self_is_an_alias_and_exec_as_an_attribute_is_a_finding():
-    found = gradebook.audit_code("B = print.__self__\nB.exec('x = 1')", set())
+    found = audit.audit_code("B = print.__self__\nB.exec('x = 1')", set())
     assert "uses print.__self__" in found and "calls B.exec()" in found
-    found = gradebook.audit_code("len.__self__.eval('1')", set())
+    found = audit.audit_code("len.__self__.eval('1')", set())
     assert "calls len.__self__.eval()" in found
-    assert gradebook.audit_code("model.eval()\nre.compile('x')", set()) == []
+    assert audit.audit_code("model.eval()\nre.compile('x')", set()) == []
 
 
 def test_patching_a_class_attribute_of_the_watcher_is_tampering():
-    grading.snapshot()
+    trust.snapshot()
     seen = grading._Watch.seen
     try:
         grading._Watch.seen = lambda *a, **k: None
-        assert any("_Watch.seen" in p for p in grading.tampering())
+        assert any("_Watch.seen" in p for p in trust.tampering())
     finally:
         grading._Watch.seen = seen
-        grading._KERNEL_THREADS = grading._KERNEL_PROCESSES = None
-    assert not any("_Watch" in p for p in grading.tampering())
+        assert not any("_Watch" in p for p in trust.tampering())
+        trust._KERNEL_THREADS = trust._KERNEL_PROCESSES = trust._SHELL = None
+        trust.SNAPSHOT.clear()  # as before the test: no grading kernel's snapshot
 
 
 # ---- 4. the audit: linear, time-limited, only for graded submissions ---------------------------
@@ -206,10 +207,10 @@ def _chain(n: int) -> str:
 
 def test_the_alias_audit_is_linear_in_the_chain():
     t0 = time.perf_counter()
-    assert gradebook.audit_code(_chain(2500), set()) == ["assigns to a2499.isclose"]
+    assert audit.audit_code(_chain(2500), set()) == ["assigns to a2499.isclose"]
     small = time.perf_counter() - t0
     t0 = time.perf_counter()
-    assert gradebook.audit_code(_chain(20_000), set()) == ["assigns to a19999.isclose"]
+    assert audit.audit_code(_chain(20_000), set()) == ["assigns to a19999.isclose"]
     large = time.perf_counter() - t0
     # 8x the chain: ~8x the time when linear, 64x when quadratic (it took 199 s for 2,500)
     assert small < 10 and large < 30 * max(small, 0.05), (small, large)
@@ -217,7 +218,7 @@ def test_the_alias_audit_is_linear_in_the_chain():
 
 def test_an_audit_past_its_time_limit_flags_the_submission(tmp_path):
     t0 = time.perf_counter()
-    found = gradebook.timed_audit(
+    found = autograde.timed_audit(
         tmp_path / "a.ipynb", tmp_path / "b.ipynb", 1, audit=lambda *a: time.sleep(30)
     )
     assert time.perf_counter() - t0 < 10
@@ -226,13 +227,13 @@ def test_an_audit_past_its_time_limit_flags_the_submission(tmp_path):
 
 def test_a_submission_nbgrader_could_not_grade_is_not_audited(tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr(gradebook, "audit_notebook", lambda *a: calls.append(a) or ["x"])
-    monkeypatch.setattr(gradebook, "_run_app", lambda *a, **k: {"success": False, "error": "e"})
+    monkeypatch.setattr(autograde, "audit_notebook", lambda *a: calls.append(a) or ["x"])
+    monkeypatch.setattr(autograde, "run_app", lambda *a, **k: {"success": False, "error": "e"})
     monkeypatch.setattr(
-        gradebook, "load_config", lambda *a, **k: __import__("traitlets").config.Config()
+        autograde, "load_config", lambda *a, **k: __import__("traitlets").config.Config()
     )
     (tmp_path / "submitted" / "s" / "a").mkdir(parents=True)
-    result = gradebook._grade_one(str(tmp_path), "a", "s", 10, "bwrap", 0, slot=0)
+    result = autograde.grade_one(str(tmp_path), "a", "s", 10, "bwrap", 0, slot=0)
     assert result["audit"] == [] and calls == []
 
 
@@ -253,7 +254,7 @@ def test_markdown_keeps_no_class_or_id_of_its_own():
 
 
 def test_a_flood_of_empty_displays_hits_the_output_cap():
-    ex = gradebook.ResilientExecute()
+    ex = execution.ResilientExecute()
     ex.reset_execution_trackers()
     ex.clear_before_next_output = False
     ex._output_bytes, ex._output_total, ex._output_capped = {}, 0, set()
@@ -267,7 +268,7 @@ def test_a_flood_of_empty_displays_hits_the_output_cap():
     for _ in range(13_857):
         ex.output(outs, {**msg, "content": dict(msg["content"])}, None, 0)
     assert len(outs) == ex.max_outputs + 1
-    assert gradebook.OUTPUT_CAPPED in outs[-1].data["text/plain"] and "outputs" in str(outs[-1])
+    assert execution.OUTPUT_CAPPED in outs[-1].data["text/plain"] and "outputs" in str(outs[-1])
     # and across cells: the notebook's count
     ex._output_capped.clear()
     for cell in range(1, 10):
@@ -281,17 +282,17 @@ def test_feedback_gives_up_on_a_page_past_its_wall_clock(tmp_path, monkeypatch):
         folder = tmp_path / "autograded" / s / "01_x"
         folder.mkdir(parents=True)
         nbformat.write(nbformat.v4.new_notebook(), folder / "01_x.ipynb")
-    monkeypatch.setattr(gradebook, "FEEDBACK_LIMIT", 1)
-    monkeypatch.setattr(gradebook, "load_config", lambda *a, **k: None)
+    monkeypatch.setattr(export, "FEEDBACK_LIMIT", 1)
+    monkeypatch.setattr(export, "load_config", lambda *a, **k: None)
 
     def run_app(cls, cfg, a, s, **kw):
         if s == "slow":
             time.sleep(30)
         return {"success": True}
 
-    monkeypatch.setattr(gradebook, "_run_app", run_app)
+    monkeypatch.setattr(export, "run_app", run_app)
     lines: list[str] = []
     t0 = time.perf_counter()
-    gradebook.feedback(tmp_path, echo=lines.append)
+    export.feedback(tmp_path, echo=lines.append)
     assert time.perf_counter() - t0 < 10
     assert any("slow/01_x" in ln and "longer than 1 s" in ln for ln in lines), lines

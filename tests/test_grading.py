@@ -34,7 +34,8 @@ from nbfixtures import hidden_lines, reference_source, solution_lines
 from nbfixtures import write_lessons as write_fixture_lessons
 
 from attnlib.checks.grading import TAMPER_TAG
-from attnlib.course import gradebook
+from attnlib.course.grader import audit, execution, export
+from attnlib.course.grader.course import release, validate
 
 pytestmark = [
     pytest.mark.grading,
@@ -78,7 +79,7 @@ class EveryCourse:
         from nbgrader.api import Gradebook
 
         monkeypatch.chdir(graded.course)
-        plugin = gradebook.CourseCsvExport(to=str(tmp_path / "g.csv"))
+        plugin = export.CourseCsvExport(to=str(tmp_path / "g.csv"))
         with Gradebook(f"sqlite:///{graded.course / 'gradebook.db'}") as gb:
             plugin.export(gb)
         with open(tmp_path / "g.csv") as fh:
@@ -102,7 +103,7 @@ class TestHostileAndHonest(EveryCourse):
         for needle in sub.notes:
             assert needle in row["notes"], (sub.what, needle, row["notes"])
         if sub.auto is not None:  # the autograder's own number, kept for the reviewer
-            report = json.loads((graded.course / gradebook.REPORT_NAME).read_text())
+            report = json.loads((graded.course / export.REPORT_NAME).read_text())
             assert report[A][sub.student]["auto_score"] == sub.auto, (sub.what, row["notes"])
 
     def test_no_output_a_browser_would_run_reaches_staff_or_learners(self, graded):
@@ -125,7 +126,7 @@ class TestHostileAndHonest(EveryCourse):
         # nbgrader reads a test cell's result as partial credit (and stops there, before the
         # grader's error): the result is shown as plain output, so the score kept for the
         # reviewer is the grader's, 0
-        report = json.loads((graded.course / gradebook.REPORT_NAME).read_text())
+        report = json.loads((graded.course / export.REPORT_NAME).read_text())
         assert report[A]["h21_result_as_score"]["auto_score"] == 0.0
         cells = grade_ids(graded.autograded("h21_result_as_score", A))
         outs = cells["l01-softmax-check"].outputs
@@ -235,7 +236,7 @@ class TestScenarios(EveryCourse):
     def test_reference_solutions_score_full_marks(self, graded):
         assert graded.score("ref", A) == ("3.0", "3.0", "graded", "no")
         assert graded.score("ref", B) == ("2.0", "2.0", "graded", "no")
-        assert graded.rows[("ref", A)]["sandbox"] == gradebook.SANDBOXED
+        assert graded.rows[("ref", A)]["sandbox"] == export.SANDBOXED
 
     def test_an_untouched_student_version_scores_zero_and_grading_goes_on(self, graded):
         assert graded.score("untouched", A) == ("0.0", "3.0", "graded", "no")
@@ -286,7 +287,7 @@ class TestScenarios(EveryCourse):
         summary = [ln for ln in graded.lines if ln.startswith("graded ") and "worker(s)" in ln]
         assert summary and f"with {graded.jobs} worker(s)" in summary[0] and "median" in summary[0]
         assert any(re.match(r"\[[#.]+\]\s+\d+/\d+ ", ln) for ln in graded.lines)
-        report = json.loads((graded.course / gradebook.REPORT_NAME).read_text())
+        report = json.loads((graded.course / export.REPORT_NAME).read_text())
         assert report[A]["looper"]["status"] == "graded with problems"
 
     def test_an_exercise_in_two_parts_earns_a_point_per_part_judged_by_the_grader(self, graded):
@@ -353,9 +354,9 @@ def test_validate_source_lessons_and_invert_on_releases(tmp_path):
     # are graded above (full marks / zero), and run under nbval with their hidden tests.
     notebooks, course = tmp_path / "notebooks", tmp_path / "course"
     write_fixture_lessons(notebooks)
-    gradebook.release(course, notebooks)
+    release(course, notebooks)
     lines: list[str] = []
-    assert gradebook.validate(course, notebooks, echo=lines.append), lines
+    assert validate(course, notebooks, echo=lines.append), lines
     assert sum(ln.startswith("ok: nbgrader validate /") for ln in lines) == len(LESSONS)
     assert sum(ln.startswith("ok: nbgrader validate --invert /") for ln in lines) == len(LESSONS)
 
@@ -385,7 +386,7 @@ def test_stderr_in_a_test_cell_is_not_a_failure_but_errors_are():
     ok_cell = _test_cell("checks.check('x', f)", [warn])
     bad_cell = _test_cell("checks.check('x', f)", [copy_output(warn), err])
     assert determine_grade(ok_cell)[0] == 0  # plain nbgrader: stderr scores 0
-    pp = gradebook.StderrIsNotFailure()
+    pp = execution.StderrIsNotFailure()
     for cell in (ok_cell, bad_cell):
         pp.preprocess_cell(cell, {}, 0)
     assert determine_grade(ok_cell)[0] == 1
@@ -400,12 +401,12 @@ def test_a_test_cells_result_is_shown_not_scored():
     err = nbformat.v4.new_output("error", ename="AssertionError", evalue="✘ x", traceback=[])
     cell = _test_cell("checks.check('x', f)", [result, err])
     assert determine_grade(cell)[0] == 1  # plain nbgrader: the result wins over the error
-    gradebook.results_are_not_scores(cell)
+    execution.results_are_not_scores(cell)
     assert [o.output_type for o in cell.outputs] == ["display_data", "error"]
     assert cell.outputs[0].data == {"text/plain": "1.0"}
     assert determine_grade(cell)[0] == 0
     shown = _test_cell("checks.check('x', f)", [copy_output(result)])
-    gradebook.results_are_not_scores(shown)
+    execution.results_are_not_scores(shown)
     assert determine_grade(shown)[0] == 1  # no error: full points, whatever it shows
 
 
@@ -421,29 +422,29 @@ def test_hidden_test_tracebacks_are_cut_to_their_last_line():
     cell = _test_cell(
         "a\n### BEGIN HIDDEN TESTS\nchecks.check_hidden('x', f)\n### END HIDDEN TESTS", [err]
     )
-    gradebook.ShortenHiddenTracebacks().preprocess_cell(cell, {}, 0)
+    execution.ShortenHiddenTracebacks().preprocess_cell(cell, {}, 0)
     assert cell.outputs[0].traceback == ["AssertionError: ✘ x: hidden"]
 
 
 def test_the_audit_flags_tampering_but_not_ordinary_solutions():
     forbidden = {"attend", "softmax"}
-    assert gradebook.audit_code(reference_source("attend"), forbidden) == []
-    assert gradebook.audit_code("np.testing.assert_allclose = print", forbidden) == [
+    assert audit.audit_code(reference_source("attend"), forbidden) == []
+    assert audit.audit_code("np.testing.assert_allclose = print", forbidden) == [
         "assigns to np.testing.assert_allclose"
     ]
-    assert gradebook.audit_code("import numpy as xp\nxp.isclose = 1", forbidden) == [
+    assert audit.audit_code("import numpy as xp\nxp.isclose = 1", forbidden) == [
         "assigns to xp.isclose"
     ]
-    assert gradebook.audit_code("from attnlib import attend", forbidden) == [
+    assert audit.audit_code("from attnlib import attend", forbidden) == [
         "imports attend from attnlib (a course reference)"
     ]
-    assert "calls setattr()" in gradebook.audit_code("setattr(np, 'exp', f)", forbidden)
-    assert gradebook.audit_code("%timeit pass\nx = 1", forbidden) == []  # magics parse
+    assert "calls setattr()" in audit.audit_code("setattr(np, 'exp', f)", forbidden)
+    assert audit.audit_code("%timeit pass\nx = 1", forbidden) == []  # magics parse
 
 
 def test_the_audit_follows_aliases_and_flags_hooks_files_and_the_gradebook():
     forbidden = {"attend", "softmax"}
-    found = gradebook.audit_cells(
+    found = audit.audit_cells(
         [
             "import attnlib.checks\n_c = attnlib.checks",
             "_c.check_hidden = lambda *a, **k: None",
@@ -455,21 +456,21 @@ def test_the_audit_follows_aliases_and_flags_hooks_files_and_the_gradebook():
     assert found[1] == ["assigns to _c.check_hidden"]
     assert "assigns to m.check" in found[2]
     assert "assigns to mod.isclose" in found[3]
-    hooks = gradebook.audit_code(
+    hooks = audit.audit_code(
         "ip = get_ipython()\nip.input_transformers_post.append(f)\nip.events.register('x', f)",
         forbidden,
     )
     assert "calls get_ipython()" in hooks and "uses ip.input_transformers_post" in hooks
     assert "uses ip.events" in hooks
-    assert gradebook.audit_code("import sqlite3", forbidden) == ["imports sqlite3"]
-    assert "opens a file for writing" in gradebook.audit_code("open('x.py', 'w')", forbidden)
-    assert "names 'gradebook' in a string" in gradebook.audit_code(
+    assert audit.audit_code("import sqlite3", forbidden) == ["imports sqlite3"]
+    assert "opens a file for writing" in audit.audit_code("open('x.py', 'w')", forbidden)
+    assert "names 'gradebook' in a string" in audit.audit_code(
         "p = '../gradebook.db'", forbidden
     )
     # honest code: arrays are assigned into, torch.softmax is not "a course reference"
     honest = "out = np.zeros((2, 3))\nout[0, 1] = 1.0\nw = torch.softmax(s, -1)\nprint(sys.argv)"
-    assert gradebook.audit_code(honest, forbidden) == []
-    assert gradebook.audit_code("import attnlib as al\ny = al.softmax(x)", forbidden) == [
+    assert audit.audit_code(honest, forbidden) == []
+    assert audit.audit_code("import attnlib as al\ny = al.softmax(x)", forbidden) == [
         "uses al.softmax (a course reference)"
     ]
 
@@ -482,7 +483,7 @@ def test_nbgrader_log_lines_about_changed_metadata_are_findings():
         "changed! (should be: abc, got: def)\n"
         "[AutogradeApp | WARNING] Missing grade cell l01-attend-check encountered, adding\n"
     )
-    review, notes = gradebook.log_findings(log)
+    review, notes = audit.log_findings(log)
     assert len(review) == 1 and "locked" in review[0]  # a checksum line is not a finding
     assert notes == ["l01-attend-check: missing from the submission; put back and graded"]
 
@@ -492,7 +493,7 @@ def test_a_hidden_region_is_split_from_the_visible_part():
         'from attnlib import checks\n\nchecks.check("softmax", softmax)\n'
         '### BEGIN HIDDEN TESTS\nchecks.check_hidden("softmax", softmax)\n### END HIDDEN TESTS'
     )
-    visible, hidden = gradebook.split_hidden(source)
+    visible, hidden = execution.split_hidden(source)
     assert "check_hidden" not in visible and "checks.check(" in visible
     assert hidden.strip() == 'checks.check_hidden("softmax", softmax)'
-    assert gradebook.split_hidden("x = 1") is None
+    assert execution.split_hidden("x = 1") is None

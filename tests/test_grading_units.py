@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 import torch
 
-from attnlib.checks import grading
-from attnlib.course import gradebook, sandbox
+from attnlib.checks import grading, protocol
+from attnlib.course.grader import autograde, execution, export, judging, sandbox
 
 ROOT = Path(__file__).resolve().parents[1]
 EVIL_ID = '=HYPERLINK("http://evil")\x1b]0;owned\x07\x1b[2J\x1b[1;31mALL GOOD\u202e'
@@ -28,10 +28,10 @@ def _no_controls(text: str) -> bool:
 
 
 def test_printable_shows_control_characters_as_escapes():
-    shown = gradebook.printable(EVIL_ID + "\ud800\n")
+    shown = export.printable(EVIL_ID + "\ud800\n")
     assert _no_controls(shown)
     assert "\\x1b]0;owned\\x07" in shown and shown.endswith("\\u202e\\ud800\\n")
-    assert gradebook.printable("l08-causal-mask: uses torch.tril") == (
+    assert export.printable("l08-causal-mask: uses torch.tril") == (
         "l08-causal-mask: uses torch.tril"
     )
 
@@ -49,7 +49,7 @@ def test_the_audit_names_a_hostile_grade_id_harmlessly(tmp_path):
     nb.cells.insert(3, cell)
     path = tmp_path / "08_masks.ipynb"
     nbformat.write(nb, path)
-    reasons = gradebook.audit_notebook(path, lesson)
+    reasons = autograde.audit_notebook(path, lesson)
     assert len(reasons) == 1 and reasons[0].endswith(": imports ctypes")
     assert _no_controls(reasons[0]) and "\\x1b[2J" in reasons[0]
 
@@ -77,13 +77,13 @@ def test_csv_cells_are_text_never_formulas():
             "t": {"status": "NOT GRADED", "needs_review": True, "notes": ["-1+cmd|' /C calc'!A0"]},
         }
     }
-    rows = gradebook._csv_rows(Book(), report)
+    rows = export._csv_rows(Book(), report)
     assert rows[0]["notes"].startswith("'=HYPERLINK(") and _no_controls(rows[0]["notes"])
     assert rows[0]["first_name"] == "'@SUM(A1)"
     assert rows[1]["notes"] == "'-1+cmd|' /C calc'!A0"
     assert rows[0]["max_score"] == 3.0  # numbers stay numbers
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=gradebook.CSV_KEYS)
+    writer = csv.DictWriter(buf, fieldnames=export.CSV_KEYS)
     writer.writeheader()
     writer.writerows(rows)
     for row in csv.reader(io.StringIO(buf.getvalue())):
@@ -105,9 +105,9 @@ def _npy(shape: str, descr: str = "<f8", body: bytes = b"\0" * 64) -> bytes:
 def exchange(tmp_path):
     for sub in ("in", "out"):
         (tmp_path / sub).mkdir()
-    grading.write_inputs("softmax", tmp_path)
+    judging.write_inputs("softmax", tmp_path)
     assert grading.record("softmax", good_softmax, tmp_path)
-    assert grading.judge("softmax", tmp_path).ok
+    assert judging.judge("softmax", tmp_path).ok
     return tmp_path
 
 
@@ -127,8 +127,8 @@ def test_an_npy_that_lies_about_its_size_is_a_flagged_zero(exchange, payload):
     target = exchange / "out" / "softmax" / "0.npy"
     target.unlink()
     target.write_bytes(payload)
-    verdict = grading.judge("softmax", exchange)  # no exception out of the grader
-    assert not verdict.ok and verdict.review and grading.TAMPER_TAG in verdict.message
+    verdict = judging.judge("softmax", exchange)  # no exception out of the grader
+    assert not verdict.ok and verdict.review and protocol.TAMPER_TAG in verdict.message
 
 
 def test_an_honest_npy_still_reads():
@@ -136,7 +136,7 @@ def test_an_honest_npy_still_reads():
     np.save(buf, np.arange(12.0).reshape(3, 4))
     size = buf.tell()
     buf.seek(0)
-    grading._check_npy_header(buf, size)
+    judging._check_npy_header(buf, size)
     assert buf.tell() == 0
     np.testing.assert_array_equal(np.load(buf), np.arange(12.0).reshape(3, 4))
 
@@ -147,8 +147,8 @@ def test_judging_errors_become_a_flagged_zero(exchange, monkeypatch):
         def boom(*args, err=err, **kwargs):
             raise err("from the outputs")
 
-        monkeypatch.setattr(grading, "judge_observation", boom)
-        verdict = grading.judge("softmax", exchange)
+        monkeypatch.setattr(judging, "judge_observation", boom)
+        verdict = judging.judge("softmax", exchange)
         assert not verdict.ok and verdict.review and err.__name__ in verdict.message
 
 
@@ -171,7 +171,7 @@ def _error(evalue: str) -> dict:
 
 
 def test_the_output_a_notebook_keeps_is_capped_in_total():
-    ex = gradebook.ResilientExecute()
+    ex = execution.ResilientExecute()
     ex.reset_execution_trackers()  # what nbclient does before a notebook, and a cell:
     ex.clear_before_next_output = False
     ex._output_bytes, ex._output_total, ex._output_capped = {}, 0, set()
@@ -185,7 +185,7 @@ def test_the_output_a_notebook_keeps_is_capped_in_total():
     assert len(capped) == 200 - kept // (ex.max_output_bytes - 1)
     for outs in capped:  # one note per cell, which the driver turns into a review flag
         (note,) = outs
-        assert gradebook.OUTPUT_CAPPED in note.data["text/plain"]
+        assert execution.OUTPUT_CAPPED in note.data["text/plain"]
         assert "for the whole notebook" in note.data["text/plain"]
     # an error still reaches the cell (it decides the score), cut short once over the cap
     outs: list = []
@@ -196,7 +196,7 @@ def test_the_output_a_notebook_keeps_is_capped_in_total():
 
 
 def test_the_per_cell_cap_still_holds():
-    ex = gradebook.ResilientExecute()
+    ex = execution.ResilientExecute()
     ex.reset_execution_trackers()  # what nbclient does before a notebook, and a cell:
     ex.clear_before_next_output = False
     ex._output_bytes, ex._output_total, ex._output_capped = {}, 0, set()
@@ -269,7 +269,7 @@ def test_an_output_filled_after_the_call_earns_nothing():
     # a __del__ writes later is never judged
     with pytest.raises(AssertionError, match="hidden tests failed"):
         grading.verify("softmax", _softmax_filled_by_a_finalizer)
-    watch = grading._Watch(grading.refused_calls("softmax"))
+    watch = grading._Watch(protocol.refused_calls("softmax"))
     x = np.random.default_rng(0).standard_normal((3, 4))
     obs = grading.observe(_softmax_filled_by_a_finalizer, [((x,), {})], watch)
     assert not np.allclose(obs.outputs[0], np.exp(x) / np.exp(x).sum(-1, keepdims=True))

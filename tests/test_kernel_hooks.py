@@ -2,7 +2,7 @@
 
 The red team's b06/b07 registered a pre_run_cell/post_run_cell callback that filled a table
 from the reference or rewrote exchange/out after check_hidden; d01 started a process that
-computed answers from the grader's inputs. ``grading.tampering()`` now reports hooks defined
+computed answers from the grader's inputs. ``trust.tampering()`` now reports hooks defined
 in the notebook; the grader stops the kernel's processes while it judges and reports
 processes started since the kernel's snapshot. Fast: one IPython shell in a subprocess, one
 ``sleep`` tree; no kernel, no sandbox.
@@ -21,7 +21,8 @@ import types
 import pytest
 from sandbox_kernel import sandbox_kernel, wait
 
-from attnlib.course import gradebook, sandbox
+from attnlib.checks import trust
+from attnlib.course.grader import execution, sandbox
 
 SHELL = r"""
 import json
@@ -83,22 +84,22 @@ def test_the_grader_stops_the_kernel_tree_and_sees_new_processes():
     kernel = subprocess.Popen(["sh", "-c", "sleep 60 & wait"])
     try:
         fake = types.SimpleNamespace()
-        fake._kernel_processes = lambda: gradebook._process_tree(kernel.pid)
+        fake._kernel_processes = lambda: execution._process_tree(kernel.pid)
         deadline = time.monotonic() + 10
         while len(fake._kernel_processes()) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
         tree = fake._kernel_processes()
         assert kernel.pid in tree and len(tree) == 2
         (child,) = set(tree) - {kernel.pid}
-        assert gradebook._process_name(child) == "sleep"
-        stopped = gradebook.ResilientExecute._stop_kernel(fake)
+        assert execution._process_name(child) == "sleep"
+        stopped = execution.ResilientExecute._stop_kernel(fake)
         assert set(stopped) == set(tree)
-        assert set(gradebook._process_tree(kernel.pid).values()) == {"T"}  # stopped
-        gradebook.ResilientExecute._continue_kernel(stopped)
-        assert "T" not in gradebook._process_tree(kernel.pid).values()
-        assert gradebook._process_tree(2**22 + 12345) == {}  # no such process
+        assert set(execution._process_tree(kernel.pid).values()) == {"T"}  # stopped
+        execution.ResilientExecute._continue_kernel(stopped)
+        assert "T" not in execution._process_tree(kernel.pid).values()
+        assert execution._process_tree(2**22 + 12345) == {}  # no such process
     finally:
-        for pid in gradebook._process_tree(kernel.pid):
+        for pid in execution._process_tree(kernel.pid):
             if pid != kernel.pid:
                 os.kill(pid, signal.SIGKILL)
         kernel.kill()
@@ -106,22 +107,21 @@ def test_the_grader_stops_the_kernel_tree_and_sees_new_processes():
 
 
 def test_the_kernel_side_sees_processes_it_started(monkeypatch):
-    from attnlib.checks import grading
 
     # as after the grading kernel's snapshot (set here only for this test: this process
     # is pytest's, whose other children are none of the check's business)
-    monkeypatch.setattr(grading, "_KERNEL_PROCESSES", set(grading._processes()))
-    before = grading._foreign_processes()
+    monkeypatch.setattr(trust, "_KERNEL_PROCESSES", set(trust._processes()))
+    before = trust.foreign_processes()
     child = subprocess.Popen(["sleep", "60"])
     try:
         deadline = time.monotonic() + 10
-        while "sleep" not in grading._foreign_processes() and time.monotonic() < deadline:
+        while "sleep" not in trust.foreign_processes() and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert grading._foreign_processes().count("sleep") == before.count("sleep") + 1
+        assert trust.foreign_processes().count("sleep") == before.count("sleep") + 1
     finally:
         child.kill()
         child.wait()
-    assert grading._foreign_processes().count("sleep") == before.count("sleep")
+    assert trust.foreign_processes().count("sleep") == before.count("sleep")
 
 
 NO_SANDBOX = sandbox.unavailable()
@@ -138,20 +138,20 @@ def test_in_the_sandbox_both_sides_see_a_process_the_notebook_started():
                 assert not errors, errors
                 return text.strip()
 
-            run("import attnlib.checks.grading as G\nG.snapshot()")
+            run("import attnlib.checks.trust as G\nG.snapshot()")
             grader = types.SimpleNamespace()
-            grader._kernel_processes = lambda: gradebook._process_tree(km.provisioner.pid)
+            grader._kernel_processes = lambda: execution._process_tree(km.provisioner.pid)
             baseline = set(grader._kernel_processes())
-            assert run("print(G._in_sandbox(), G._foreign_processes())") == "True []"
+            assert run("print(G._in_sandbox(), G.foreign_processes())") == "True []"
             run("import subprocess, time\n_p = subprocess.Popen(['sleep', '60'])\ntime.sleep(1)")
-            assert run("print(G._foreign_processes())") == "['sleep']"
-            stopped = gradebook.ResilientExecute._stop_kernel(grader)
+            assert run("print(G.foreign_processes())") == "['sleep']"
+            stopped = execution.ResilientExecute._stop_kernel(grader)
             try:
                 extra = [p for p in stopped if p not in baseline]
-                assert [gradebook._process_name(p) for p in extra] == ["sleep"]
-                assert set(gradebook._process_tree(km.provisioner.pid).values()) == {"T"}
+                assert [execution._process_name(p) for p in extra] == ["sleep"]
+                assert set(execution._process_tree(km.provisioner.pid).values()) == {"T"}
             finally:
-                gradebook.ResilientExecute._continue_kernel(stopped)
-            assert run("_p.kill(); _p.wait(); print(G._foreign_processes())") == "[]"
+                execution.ResilientExecute._continue_kernel(stopped)
+            assert run("_p.kill(); _p.wait(); print(G.foreign_processes())") == "[]"
     finally:
         box.cleanup()

@@ -2,7 +2,7 @@
 
 Each part is an exercise of its own (``attnlib.checks.part``), checked on the learner's one
 function in its own locked one-point cell, and judged like any exercise: outside the
-kernel, from the outputs the kernel wrote (``grading.write_inputs`` -> ``record`` ->
+kernel, from the outputs the kernel wrote (``judging.write_inputs`` -> ``record`` ->
 ``judge``). Here, for every exercise of lessons 09-12 that has parts:
 
 * the solution passes every part, the untouched stub none;
@@ -27,7 +27,8 @@ import pytest
 from attnlib import checks
 from attnlib.checks import ex_decoding as exd
 from attnlib.checks import ex_syntax as exs
-from attnlib.checks import get_exercise, grading
+from attnlib.checks import get_exercise, grading, protocol
+from attnlib.course.grader import judging
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -67,15 +68,15 @@ SPLIT = {
 }
 
 
-def _judged(part: str, fn, tmp_path) -> grading.Verdict:
+def _judged(part: str, fn, tmp_path) -> protocol.Verdict:
     """The grader's verdict on ``fn`` for ``part``, through the exchange folder."""
     exchange = tmp_path / part
     (exchange / "in").mkdir(parents=True)
     (exchange / "out").mkdir()
-    grading.write_inputs(part, exchange)
+    judging.write_inputs(part, exchange)
     assert grading.record(part, fn, exchange)
-    grading.clear_inputs(exchange)
-    return grading.judge(part, exchange)
+    judging.clear_inputs(exchange)
+    return judging.judge(part, exchange)
 
 
 def _passes(part: str, fn) -> bool:
@@ -175,14 +176,14 @@ def test_forged_outputs_for_one_part_earn_nothing_for_it(tmp_path):
     exchange = tmp_path / "x"
     (exchange / "in").mkdir(parents=True)
     (exchange / "out").mkdir()
-    grading.write_inputs("decode_step_output", exchange)
+    judging.write_inputs("decode_step_output", exchange)
     grading.record("decode_step_output", exd._decode_variant(mask="top_left"), exchange)
-    manifest = exchange / "out" / "decode_step_output" / grading.MANIFEST
+    manifest = exchange / "out" / "decode_step_output" / protocol.MANIFEST
     data = json.loads(manifest.read_text())
     data["outputs"] = data["outputs"][:-1]  # one result fewer than there are cases
     manifest.write_text(json.dumps(data))
-    verdict = grading.judge("decode_step_output", exchange)
-    assert not verdict.ok and verdict.review and grading.TAMPER_TAG in verdict.message
+    verdict = judging.judge("decode_step_output", exchange)
+    assert not verdict.ok and verdict.review and protocol.TAMPER_TAG in verdict.message
 
 
 def test_the_probe_bias_cannot_change_a_prediction_on_the_protocol_cases():

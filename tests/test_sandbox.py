@@ -1,6 +1,6 @@
 """The sandbox every graded kernel runs in, and the verdict made outside it.
 
-* :mod:`attnlib.course.sandbox`: what a process inside sees and may do (run for real with
+* :mod:`attnlib.course.grader.sandbox`: what a process inside sees and may do (run for real with
   bubblewrap; skipped with the reason only where bwrap cannot run — CI installs it);
 * :mod:`attnlib.checks.grading`: the exchange of hidden-test inputs and outputs as plain
   data, judged by the grader (no kernel needed).
@@ -20,8 +20,9 @@ import numpy as np
 import pytest
 from sandbox_kernel import sandbox_kernel, wait
 
-from attnlib.checks import grading
-from attnlib.course import gradebook, sandbox
+from attnlib.checks import grading, protocol
+from attnlib.course.grader import audit, autograde, execution, export, judging, sandbox
+from attnlib.course.grader.course import release, wall_clock
 
 ROOT = Path(__file__).resolve().parents[1]
 NO_SANDBOX = sandbox.unavailable()
@@ -119,7 +120,7 @@ def test_a_sandboxed_process_sees_only_its_folder_and_a_read_only_course(box, tm
     assert out["net"] != "connected"  # its own network namespace: the host's port is not there
     assert out["cwd"] == str(box.work)
     assert out["env"]["PYTHONDONTWRITEBYTECODE"] == "1"
-    assert out["env"][grading.EXCHANGE_ENV] == str(box.exchange)
+    assert out["env"][protocol.EXCHANGE_ENV] == str(box.exchange)
     assert not {k for k in out["env"] if k.startswith("JPY_") or "TOKEN" in k.upper()}
     assert out["limits"]["RLIMIT_AS"] == box.limits.memory_bytes
     assert out["limits"]["RLIMIT_CPU"] == box.limits.cpu_seconds
@@ -169,20 +170,20 @@ def test_a_kernel_runs_in_the_sandbox_over_ipc_and_can_be_interrupted(box):
 
 def test_without_bubblewrap_grading_refuses_unless_told_unsafe(tmp_path, monkeypatch):
     (tmp_path / "submitted").mkdir()
-    monkeypatch.setattr(gradebook, "sandbox_unavailable", lambda: "bwrap is not installed")
+    monkeypatch.setattr(autograde, "sandbox_unavailable", lambda: "bwrap is not installed")
     with pytest.raises(SystemExit, match="Install bubblewrap.*--unsafe-no-sandbox"):
-        gradebook.autograde(tmp_path, tmp_path)
+        autograde.autograde(tmp_path, tmp_path)
     # installed but refused by the machine: no advice to install it
-    monkeypatch.setattr(gradebook, "sandbox_unavailable", lambda: "bwrap could not start")
+    monkeypatch.setattr(autograde, "sandbox_unavailable", lambda: "bwrap could not start")
     with pytest.raises(SystemExit, match="is installed but could not start") as err:
-        gradebook.autograde(tmp_path, tmp_path)
+        autograde.autograde(tmp_path, tmp_path)
     assert "Install bubblewrap" not in str(err.value)
     # a path the sandbox could not bind is named, and no user namespace is blamed
     why = sandbox._probe_failure("bwrap: execvp /x/.venv/bin/python: No such file or directory")
     assert "/x/.venv/bin/python" in why and sys.executable in why
-    monkeypatch.setattr(gradebook, "sandbox_unavailable", lambda: why)
+    monkeypatch.setattr(autograde, "sandbox_unavailable", lambda: why)
     with pytest.raises(SystemExit, match="/x/.venv/bin/python") as err:
-        gradebook.autograde(tmp_path, tmp_path)
+        autograde.autograde(tmp_path, tmp_path)
     assert "namespace" not in str(err.value)
     why = sandbox._probe_failure("Traceback\nSystemExit: KV-PROBE cannot import attnlib")
     assert why.startswith("attnlib cannot be imported inside the sandbox")
@@ -223,11 +224,11 @@ def exchange(tmp_path):
 
 
 def test_outputs_go_out_as_plain_data_and_the_grader_judges_them(exchange):
-    assert grading.write_inputs("softmax", exchange) == len(
+    assert judging.write_inputs("softmax", exchange) == len(
         grading.fresh_core().get_exercise("softmax").cases(hidden=True)
     )
     assert grading.record("softmax", good_softmax, exchange)
-    assert grading.judge("softmax", exchange).ok
+    assert judging.judge("softmax", exchange).ok
     files = sorted(p.name for p in (exchange / "out" / "softmax").iterdir())
     assert "manifest.json" in files and all(f.endswith((".npy", ".json")) for f in files)
 
@@ -236,48 +237,48 @@ def test_outputs_go_out_as_plain_data_and_the_grader_judges_them(exchange):
         return e / e.sum(axis=0, keepdims=True)
 
     grading.record("softmax", wrong, exchange)
-    verdict = grading.judge("softmax", exchange)
+    verdict = judging.judge("softmax", exchange)
     assert not verdict.ok and not verdict.review and "hidden tests failed" in verdict.message
 
 
 def test_missing_forged_or_hostile_outputs_earn_nothing_and_are_flagged(exchange):
-    verdict = grading.judge("softmax", exchange)  # check_hidden never ran
-    assert not verdict.ok and verdict.review and grading.TAMPER_TAG in verdict.message
+    verdict = judging.judge("softmax", exchange)  # check_hidden never ran
+    assert not verdict.ok and verdict.review and protocol.TAMPER_TAG in verdict.message
 
-    grading.write_inputs("softmax", exchange)
+    judging.write_inputs("softmax", exchange)
     grading.record("softmax", good_softmax, exchange)
     folder = exchange / "out" / "softmax"
     manifest = json.loads((folder / "manifest.json").read_text())
     # a pickled object instead of an array is never unpickled
     np.save(folder / "0.npy", np.array([object()]), allow_pickle=True)
-    verdict = grading.judge("softmax", exchange)
+    verdict = judging.judge("softmax", exchange)
     assert not verdict.ok and verdict.review
     # a symlink out of the exchange folder is not followed
     (folder / "0.npy").unlink()
     (folder / "0.npy").symlink_to("/etc/hostname")
-    assert not grading.judge("softmax", exchange).ok
+    assert not judging.judge("softmax", exchange).ok
     # a FIFO under the manifest's name does not hang the grader
     (folder / "manifest.json").unlink()
     os.mkfifo(folder / "manifest.json")
-    assert not grading.judge("softmax", exchange).ok
+    assert not judging.judge("softmax", exchange).ok
     (folder / "manifest.json").unlink()
     # fewer results than cases
     grading.record("softmax", good_softmax, exchange)
     manifest = json.loads((folder / "manifest.json").read_text())
     manifest["outputs"] = manifest["outputs"][:2]
     (folder / "manifest.json").write_text(json.dumps(manifest))
-    assert "results for" in grading.judge("softmax", exchange).message
+    assert "results for" in judging.judge("softmax", exchange).message
     # tampering the kernel reported about itself only ever takes credit away
     grading.record("softmax", good_softmax, exchange)
     manifest = json.loads((folder / "manifest.json").read_text())
     manifest["tampering"] = ["numpy.isclose was rebound after the kernel started"]
     (folder / "manifest.json").write_text(json.dumps(manifest))
-    verdict = grading.judge("softmax", exchange)
+    verdict = judging.judge("softmax", exchange)
     assert not verdict.ok and verdict.review
 
 
 def test_outside_a_graded_run_check_hidden_is_a_no_op_until_the_grader_asks(exchange, monkeypatch):
-    monkeypatch.setenv(grading.EXCHANGE_ENV, str(exchange))
+    monkeypatch.setenv(protocol.EXCHANGE_ENV, str(exchange))
     from attnlib import checks
 
     checks.check_hidden("softmax", lambda x: None)  # no inputs: nothing asked, nothing done
@@ -285,13 +286,13 @@ def test_outside_a_graded_run_check_hidden_is_a_no_op_until_the_grader_asks(exch
 
 
 def test_library_equivalents_are_named_as_such_not_as_the_course_reference():
-    refused = grading.refused_calls("softmax")
-    assert refused["attnlib.core.softmax"] == grading.COURSE_REFERENCE
-    assert refused["torch.softmax"] == grading.LIBRARY_EQUIVALENT
-    assert "torch.softmax" not in grading.refused_calls("attend")  # allowed inside attend
+    refused = protocol.refused_calls("softmax")
+    assert refused["attnlib.core.softmax"] == protocol.COURSE_REFERENCE
+    assert refused["torch.softmax"] == protocol.LIBRARY_EQUIVALENT
+    assert "torch.softmax" not in protocol.refused_calls("attend")  # allowed inside attend
     assert (
-        grading.refused_calls("attend")["torch.nn.functional.scaled_dot_product_attention"]
-        == grading.LIBRARY_EQUIVALENT
+        protocol.refused_calls("attend")["torch.nn.functional.scaled_dot_product_attention"]
+        == protocol.LIBRARY_EQUIVALENT
     )
 
 
@@ -306,7 +307,7 @@ def test_grading_without_a_sandbox_says_so_on_every_row(tmp_path):
 
     notebooks, course = tmp_path / "notebooks", tmp_path / "course"
     write_lessons(notebooks, {"01_fixture": LESSONS["01_fixture"]})
-    gradebook.release(course, notebooks)
+    release(course, notebooks)
     for who in ("a", "b"):
         d = course / "submitted" / who / "01_fixture"
         d.mkdir(parents=True)
@@ -314,12 +315,12 @@ def test_grading_without_a_sandbox_says_so_on_every_row(tmp_path):
         nbformat.write(
             nbformat.read(src / "01_fixture.ipynb", as_version=4), d / "01_fixture.ipynb"
         )
-    gradebook.autograde(course, notebooks, timeout=30, jobs=1, unsafe_no_sandbox=True, echo=print)
+    autograde.autograde(course, notebooks, timeout=30, jobs=1, unsafe_no_sandbox=True, echo=print)
     with open(course / "grades.csv") as fh:
         rows = {r["student_id"]: r for r in csv.DictReader(fh)}
     assert rows["a"]["score"] == "3.0" and rows["b"]["score"] == "0.0"  # still judged outside
     for row in rows.values():
-        assert row["sandbox"] == gradebook.UNSAFE
+        assert row["sandbox"] == export.UNSAFE
         assert "WITHOUT a sandbox" in row["notes"]
 
 
@@ -384,14 +385,14 @@ def test_a_course_under_tmp_is_bound_but_the_sandboxes_own_folders_are_not(monke
 
 
 def test_a_fifo_in_place_of_the_kernel_log_does_not_block_the_grader(caplog):
-    ex = gradebook.ResilientExecute()
+    ex = execution.ResilientExecute()
     ex._box = sandbox.Sandbox()
     try:
         (ex._box.run / "kernel.log").unlink(missing_ok=True)
         os.mkfifo(ex._box.run / "kernel.log")
         t0 = time.monotonic()
         # bounded: a grader that waited for a writer would fail here, not hang the suite
-        with gradebook._wall_clock(10), caplog.at_level("WARNING"):
+        with wall_clock(10), caplog.at_level("WARNING"):
             ex.log.propagate = True
             ex._log_kernel_output()
         assert time.monotonic() - t0 < 5
@@ -402,12 +403,12 @@ def test_a_fifo_in_place_of_the_kernel_log_does_not_block_the_grader(caplog):
 
 def test_a_grader_that_blocks_gives_up_at_its_wall_clock(tmp_path):
     os.mkfifo(tmp_path / "fifo")
-    with pytest.raises(TimeoutError), gradebook._wall_clock(1):
+    with pytest.raises(TimeoutError), wall_clock(1):
         os.open(tmp_path / "fifo", os.O_RDONLY)  # no writer: would wait forever
 
 
 def test_a_forged_manifest_is_refused_before_its_arrays_are_read(exchange):
-    grading.write_inputs("softmax", exchange)
+    judging.write_inputs("softmax", exchange)
     grading.record("softmax", good_softmax, exchange)
     folder = exchange / "out" / "softmax"
     manifest = json.loads((folder / "manifest.json").read_text())
@@ -418,24 +419,24 @@ def test_a_forged_manifest_is_refused_before_its_arrays_are_read(exchange):
         ([one] * n, "named twice"),  # the right count, one file named again and again
     ):
         (folder / "manifest.json").write_text(json.dumps({**manifest, "outputs": outputs}))
-        verdict = grading.judge("softmax", exchange)
+        verdict = judging.judge("softmax", exchange)
         assert not verdict.ok and verdict.review and why in verdict.message, verdict.message
-    big = np.zeros(grading.MAX_FILE_BYTES // 8 - 64)
+    big = np.zeros(protocol.MAX_FILE_BYTES // 8 - 64)
     for i in range(3):
         np.save(folder / f"{i}.npy", big)
     (folder / "manifest.json").write_text(json.dumps(manifest))
-    verdict = grading.judge("softmax", exchange)
+    verdict = judging.judge("softmax", exchange)
     assert not verdict.ok and "larger than the grader reads" in verdict.message
 
 
 def test_hidden_inputs_are_drawn_per_run_and_judged_on_the_same_draw(exchange):
     import pickle
 
-    grading.write_inputs("softmax", exchange)
+    judging.write_inputs("softmax", exchange)
     first = pickle.loads((exchange / "in" / "softmax.pkl").read_bytes())["cases"]
     grading.record("softmax", good_softmax, exchange)
-    assert grading.judge("softmax", exchange).ok
-    grading.write_inputs("softmax", exchange)
+    assert judging.judge("softmax", exchange).ok
+    judging.write_inputs("softmax", exchange)
     second = pickle.loads((exchange / "in" / "softmax.pkl").read_bytes())["cases"]
     shipped = grading.fresh_core().get_exercise("softmax").cases(hidden=True)
     assert len(first) == len(second) == len(shipped)
@@ -447,7 +448,7 @@ def test_hidden_inputs_are_drawn_per_run_and_judged_on_the_same_draw(exchange):
 def _observed(exercise, fn):
     core = grading.fresh_core()
     cases = [(c.args, c.kwargs) for c in core.get_exercise(exercise).cases(hidden=True)]
-    return grading.observe(fn, cases, grading._Watch(grading.refused_calls(exercise)))
+    return grading.observe(fn, cases, grading._Watch(protocol.refused_calls(exercise)))
 
 
 def test_hiding_a_call_from_the_profiling_hook_is_tampering():
@@ -503,7 +504,7 @@ def test_torch_internals_that_do_the_exercise_are_refused_by_what_runs():
 
 def test_the_audit_survives_cells_it_cannot_parse_and_baselines_per_cell():
     deep = "if False:\n    y = x" + ".a" * 3000 + "\n"
-    assert gradebook.audit_cells([deep], set()) == [
+    assert audit.audit_cells([deep], set()) == [
         ["the audit could not read this cell (RecursionError): a person must"]
     ]
     # 03_attention's demo cells use attnlib.attend; a solution cell that does is reported
@@ -520,10 +521,10 @@ def test_the_audit_survives_cells_it_cannot_parse_and_baselines_per_cell():
     path.parent.mkdir(exist_ok=True)
     try:
         nbformat.write(nb, path)
-        assert gradebook.audit_notebook(path, lesson) == [
+        assert autograde.audit_notebook(path, lesson) == [
             "l03-attend-solution: uses attnlib.attend (a course reference)"
         ]
-        assert gradebook.audit_notebook(lesson, lesson) == []
+        assert autograde.audit_notebook(lesson, lesson) == []
     finally:
         path.unlink(missing_ok=True)
 
@@ -539,11 +540,11 @@ def test_a_submission_missing_from_the_report_is_not_graded():
         def find_submission(self, a, s):
             return Sub()
 
-    (row,) = gradebook._csv_rows(Book(), {})
+    (row,) = export._csv_rows(Book(), {})
     assert (row["status"], row["needs_review"], row["score"]) == ("NOT GRADED", "yes", "")
     # refused before nbgrader ran (so unknown to the gradebook): still a row
     refused = {"status": "NOT GRADED", "needs_review": True, "notes": ["refused: a link"]}
-    rows = gradebook._csv_rows(Book(), {"01_x": {"t": refused}})
+    rows = export._csv_rows(Book(), {"01_x": {"t": refused}})
     assert [(r["student_id"], r["status"], r["score"]) for r in rows] == [
         ("s", "NOT GRADED", ""),
         ("t", "NOT GRADED", ""),

@@ -39,14 +39,15 @@ def _load() -> str:
 def grade_class(lesson: str, learners: int, jobs: int, unsafe: bool, timeout: int) -> dict:
     import nbformat
 
-    from attnlib.course import gradebook
+    from attnlib.course.grader.autograde import autograde
+    from attnlib.course.grader.course import release
 
     with tempfile.TemporaryDirectory(prefix="kv-timing-") as tmp:
         notebooks, course = Path(tmp) / "notebooks", Path(tmp) / "course"
         notebooks.mkdir()
         shutil.copy(ROOT / "notebooks" / f"{lesson}.ipynb", notebooks)
         course.mkdir()
-        gradebook.release(course, notebooks, [lesson])
+        release(course, notebooks, [lesson])
         for i in range(learners):
             src = notebooks if i % 2 == 0 else course / "release" / lesson
             nb = nbformat.read(src / f"{lesson}.ipynb", as_version=4)
@@ -55,7 +56,7 @@ def grade_class(lesson: str, learners: int, jobs: int, unsafe: bool, timeout: in
             nbformat.write(nb, dest / f"{lesson}.ipynb")
         before = _load()
         t0 = time.perf_counter()
-        outcomes = gradebook.autograde(
+        outcomes = autograde(
             course,
             notebooks,
             timeout=timeout,

@@ -18,8 +18,6 @@ the parts of an exercise.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Callable
 
 from attnlib.checks._core import (
@@ -64,13 +62,36 @@ __all__ = [
 ]
 
 
-def _load_exercise_modules() -> None:
-    for info in pkgutil.iter_modules(__path__):
-        if info.name.startswith("ex_"):
-            importlib.import_module(f"{__name__}.{info.name}")
+# Every exercise module registers its exercises in _core when it is imported: each is
+# imported here by name (tests/test_layout.py checks that none is missing), so that the
+# import graph shows them.
+from attnlib.checks import (  # noqa: E402
+    ex_attention,
+    ex_decoding,
+    ex_fewer_keys,
+    ex_heads,
+    ex_induction,
+    ex_keys_values,
+    ex_projections,
+    ex_relevance,
+    ex_scaling,
+    ex_syntax,
+    ex_welcome,
+)
 
-
-_load_exercise_modules()
+_EXERCISE_MODULES = (
+    ex_attention,
+    ex_decoding,
+    ex_fewer_keys,
+    ex_heads,
+    ex_induction,
+    ex_keys_values,
+    ex_projections,
+    ex_relevance,
+    ex_scaling,
+    ex_syntax,
+    ex_welcome,
+)
 
 
 def diagnose(exercise: str, fn: Callable) -> list[str]:

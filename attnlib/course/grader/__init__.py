@@ -1,0 +1,36 @@
+"""The grader wing: nbgrader driven through a sandbox, verdicts made outside the kernel.
+
+One concern per module; the arrows are the only imports between them::
+
+    cli ──> autograde ──> execution ──> judging ──> sandbox
+               │    └───> audit ──> audit_rules
+               └────────> export ──> course
+    (execution, judging and audit also read attnlib.checks.protocol: the contract with
+    the kernel side, attnlib.checks.grading; the kernel side never imports this package)
+
+* :mod:`~attnlib.course.grader.sandbox` — bubblewrap around every kernel: read-only
+  system, venv and attnlib; writable only ``work/``, ``run/`` and ``exchange/out/``, each
+  a mount point the kernel cannot rename; no network; its own uid as root; limits.
+  Deep trees are removed iteratively without following links (:func:`remove_tree`).
+* :mod:`~attnlib.course.grader.execution` — nbgrader's preprocessors: ``ResilientExecute``
+  (kernels in sandboxes, hidden regions run silently and judged by the grader with the
+  kernel stopped, restarts after timeouts and crashes, output caps in bytes and counts),
+  ``StderrIsNotFailure``, ``ShortenHiddenTracebacks``, ``results_are_not_scores``.
+* :mod:`~attnlib.course.grader.judging` — the grader's side of the exchange: inputs out,
+  outputs read back as plain data (never through a link) and compared with the reference.
+* :mod:`~attnlib.course.grader.audit` (with :mod:`~attnlib.course.grader.audit_rules`) —
+  the source audit of every learner cell, linear in the notebook's size.
+* :mod:`~attnlib.course.grader.autograde` — the class run: workers, the gradebook lock,
+  wall clocks, the audit in the worker, each submission's :class:`Outcome`.
+* :mod:`~attnlib.course.grader.export` — the report, the CSV (``NOT GRADED`` and
+  ``FLAGGED`` never carry a number), text made safe for consoles and spreadsheets, the
+  feedback pages (each under a wall clock).
+* :mod:`~attnlib.course.grader.course` — the course folder and nbgrader's applications.
+* :mod:`~attnlib.course.grader.cli` — ``python -m attnlib.course.gradebook ...``.
+
+The trust boundary: everything here runs as the staff user (or root) outside the
+sandbox and reads what the kernel wrote as untrusted data; the kernel side
+(:mod:`attnlib.checks.grading`, :mod:`attnlib.checks.trust`) only records and can only take
+credit away. Each point has a test in ``tests/test_grading.py``, ``tests/test_sandbox.py``,
+``tests/test_grader_attacks.py`` or ``tests/test_grading_units.py``.
+"""

@@ -1,0 +1,76 @@
+"""The staff's command line: ``python -m attnlib.course.gradebook <command>``.
+
+    python -m attnlib.course.gradebook release      # build/source from notebooks/, then release/
+    python -m attnlib.course.gradebook autograde    # grade submitted/<student>/<lesson>/, export
+    python -m attnlib.course.gradebook export       # gradebook CSV [--to F.csv], review flags
+    python -m attnlib.course.gradebook feedback     # feedback/<student>/<lesson>/<lesson>.html
+    python -m attnlib.course.gradebook validate     # nbgrader validate on every source lesson,
+                                                    # validate --invert on every release
+
+``make release``, ``make autograde`` and ``make feedback`` call these (through
+:mod:`attnlib.course.gradebook`, which runs :func:`main`).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from attnlib.course.grader.autograde import autograde
+from attnlib.course.grader.course import build_source, release, validate
+from attnlib.course.grader.export import export, feedback
+from attnlib.course.lessons import course_root
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m attnlib.course.gradebook",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "command", choices=["build", "release", "autograde", "export", "feedback", "validate"]
+    )
+    parser.add_argument("names", nargs="*", help="lessons (default: every graded lesson)")
+    parser.add_argument("--course", type=Path, default=None, help="nbgrader course folder")
+    parser.add_argument("--notebooks", type=Path, default=None, help="default: COURSE/notebooks")
+    parser.add_argument("--timeout", type=int, default=None, help="seconds per cell")
+    parser.add_argument("--student", action="append", default=None, help="only this student")
+    parser.add_argument("--to", type=Path, default=None, help="CSV file (default grades.csv)")
+    parser.add_argument(
+        "--jobs", type=int, default=None, help="submissions graded at once (default: cores)"
+    )
+    parser.add_argument(
+        "--unsafe-no-sandbox",
+        action="store_true",
+        help="grade without bubblewrap (learners' kernels can reach the course folder)",
+    )
+    args = parser.parse_args(argv)
+    if args.course is None:
+        args.course = course_root()
+    if args.notebooks is None:
+        args.notebooks = args.course / "notebooks"
+    if args.command == "build":
+        for n in build_source(args.notebooks, args.course):
+            print(n)
+    elif args.command == "release":
+        release(args.course, args.notebooks, args.names or None)
+    elif args.command == "autograde":
+        outcomes = autograde(
+            args.course,
+            args.notebooks,
+            timeout=args.timeout,
+            students=args.student,
+            assignments=args.names or None,
+            to=args.to,
+            jobs=args.jobs,
+            unsafe_no_sandbox=args.unsafe_no_sandbox,
+        )
+        return 1 if any(o.status == "NOT GRADED" for o in outcomes) else 0
+    elif args.command == "export":
+        export(args.course, args.to)
+    elif args.command == "feedback":
+        feedback(args.course)
+    elif args.command == "validate":
+        return 0 if validate(args.course, args.notebooks) else 1
+    return 0
