@@ -125,7 +125,7 @@ class _HeadsMixin:
     def _check_self_forward(self, x, mask=None, *, causal=False, align="top_left"):
         self._check_forward(x, x, x, mask, causal=causal, align=align)
 
-    def _attend_heads(self, q, k, v, mask, causal: bool, align: str):
+    def _attend_heads(self, q, k, v, mask, *, causal: bool, align: str):
         """Attention on every head at once, then merge and mix with ``W_o``."""
         q = split_heads(q, self.n_heads)  # (batch, n_heads, seq_q, d_head)
         k = split_heads(k, self.n_heads)  # (batch, n_heads, seq_k, d_head)
@@ -222,7 +222,7 @@ class MultiHeadAttention(_HeadsMixin, nn.Module):
         q = self.W_q(query)  # (batch, seq_q, d_model)
         k = self.W_k(key)  # (batch, seq_k, d_model)
         v = self.W_v(value)  # (batch, seq_k, d_model)
-        return self._attend_heads(q, k, v, mask, causal, align)
+        return self._attend_heads(q, k, v, mask, causal=causal, align=align)
 
     @classmethod
     def from_torch(cls, mha: nn.MultiheadAttention) -> MultiHeadAttention:
@@ -343,7 +343,7 @@ class FusedQKVAttention(_HeadsMixin, nn.Module):
         mask = self._mask4(mask, x.device)  # (batch or 1, n_heads or 1, seq or 1, seq)
         qkv = self.W_qkv(x)  # (batch, seq, 3 * d_model)
         q, k, v = qkv.split(self.d_model, dim=-1)  # each (batch, seq, d_model)
-        return self._attend_heads(q, k, v, mask, causal, align)
+        return self._attend_heads(q, k, v, mask, causal=causal, align=align)
 
     @classmethod
     def from_separate(cls, mha: MultiHeadAttention) -> FusedQKVAttention:
