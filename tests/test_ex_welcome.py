@@ -25,10 +25,6 @@ def _loop_oracle(x):
     return out.reshape(x.shape)
 
 
-def test_exercise_is_registered():
-    assert "normalise_rows" in checks.exercises()
-
-
 def test_reference_matches_a_loop_and_rows_sum_to_one():
     ex = get_exercise("normalise_rows")
     assert len(ex.cases(hidden=True)) > len(ex.cases()), "the grader has cases of its own"

@@ -281,6 +281,7 @@ def part(
         exclusive=tuple(g for g in whole.exclusive if g <= set(keep)),
         part_of=whole.name,
         outputs=None if outputs is None else tuple(outputs),
+        blind=whole.blind,
     )
 
 

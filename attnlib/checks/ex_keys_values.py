@@ -29,9 +29,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from attnlib._validate import type_name
 from attnlib.backprop import attention_backward as _attention_backward
 from attnlib.checks._cases import normal_cases
-from attnlib.checks._core import Case, Exercise, Finding, Misconception, register
+from attnlib.checks._core import Case, Exercise, Finding, Misconception, part, register
 from attnlib.checks.measure import close, fmt, tolerances
 from attnlib.tasks.lookup import lookup_batch as _lookup_batch
 
@@ -1217,8 +1218,7 @@ def _prediction(prediction) -> np.ndarray:
     if type(got) is not np.ndarray or got.dtype != np.bool_:
         raise TypeError(
             "kv_prediction() must return a numpy array of booleans, e.g. "
-            f"np.array([True, False, ...]); got {type(got).__name__}"
-            + (f" of dtype {got.dtype}" if isinstance(got, np.ndarray) else "")
+            f"np.array([True, False, ...]); got {type_name(got)}"
         )
     if got.shape != (len(STATEMENTS),):
         raise ValueError(
@@ -1255,7 +1255,7 @@ def recorded(part: str, prediction) -> None:
     except (TypeError, ValueError) as err:
         raise AssertionError(f"✘ {part}: {err}") from None
     except Exception as err:  # noqa: BLE001 - the learner's function may raise anything
-        msg = f"✘ {part}: kv_prediction() raised {type(err).__name__}: {err}"
+        msg = f"✘ {part}: kv_prediction() raised {type_name(err)}: {err}"
         raise AssertionError(msg) from None
     said = ", ".join(f"{s}: {'true' if got[s - 1] else 'false'}" for s in statements)
     print(
@@ -1281,37 +1281,43 @@ def _answer_with(**flip):
     return answer
 
 
-def _register_prediction(name: str, statements: tuple[int, ...], summary: str) -> None:
-    # The visible cases check the format only; the hidden cases judge the answers. They do
-    # not change with the grader's seed: a statement is true or false once and for all.
-    register(
-        Exercise(
-            name=name,
-            summary=summary,
-            reference=_reference,
-            make_cases=lambda: [
-                Case(f"the format of your answer to statement {s}", ("format", s))
-                for s in statements
-            ],
-            make_hidden_cases=lambda: [Case(f"statement {s}", ("judge", s)) for s in statements],
-            exact=True,
-            blind=True,
-            misconceptions=tuple(
-                Misconception(_WHY[s][0], _WHY[s][1], (_answer_with(**{f"flip_{s}": True}),))
-                for s in statements
-            ),
-        )
+def _prediction_cases(statements):
+    return lambda: [
+        Case(f"the format of your answer to statement {s}", ("format", s)) for s in statements
+    ]
+
+
+def _prediction_hidden_cases(statements):
+    return lambda: [Case(f"statement {s}", ("judge", s)) for s in statements]
+
+
+# The visible cases check the format only; the hidden cases judge the answers. They do not
+# change with the grader's seed: a statement is true or false once and for all. The whole
+# exercise (all eight) is graded in four parts of two statements, one locked cell each.
+_ALL = tuple(range(1, len(STATEMENTS) + 1))
+_WHOLE = register(
+    Exercise(
+        name="kv_prediction",
+        summary="answers(kv_prediction): statements 1-8 of lesson 05, each true or false",
+        reference=_reference,
+        make_cases=_prediction_cases(_ALL),
+        make_hidden_cases=_prediction_hidden_cases(_ALL),
+        exact=True,
+        blind=True,
+        misconceptions=tuple(
+            Misconception(_WHY[s][0], _WHY[s][1], (_answer_with(**{f"flip_{s}": True}),))
+            for s in _ALL
+        ),
     )
-
-
-_register_prediction(
-    "kv_prediction",
-    tuple(range(1, len(STATEMENTS) + 1)),
-    "answers(kv_prediction): statements 1-8 of lesson 05, each true or false",
 )
 for _name, _statements in PARTS.items():
-    _register_prediction(
-        _name,
-        _statements,
-        f"answers(kv_prediction): statements {_statements[0]}-{_statements[-1]} of lesson 05",
+    register(
+        part(
+            _WHOLE,
+            _name,
+            f"answers(kv_prediction): statements {_statements[0]}-{_statements[-1]} of lesson 05",
+            ids=[_WHY[s][0] for s in _statements],
+            make_cases=_prediction_cases(_statements),
+            make_hidden_cases=_prediction_hidden_cases(_statements),
+        )
     )
