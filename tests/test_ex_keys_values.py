@@ -1,8 +1,9 @@
-"""The checks of lessons 05 and 06: lookup_batch, attention_backward, mha_by_hand, and the
-prediction of lesson 05.
+"""The checks of lessons 05-07: lookup_batch, attention_backward, weight_grads, mha_by_hand,
+and the prediction of lesson 05.
 
-References are compared with independent oracles (a Python loop; torch autograd;
-nn.MultiheadAttention itself and attnlib.torch_mha.mha_forward). That every known wrong
+References are compared with independent oracles (a Python loop; torch autograd, and for
+weight_grads attnlib.backprop.projection_grads; nn.MultiheadAttention itself and
+attnlib.torch_mha.mha_forward). That every known wrong
 variant is diagnosed as exactly its own misconception, that check() names it and that
 check_hidden() fails it, is tested for every exercise in tests/test_checks_registry.py.
 """
@@ -21,16 +22,20 @@ from attnlib.checks import ex_keys_values as KV
 from attnlib.checks import get_exercise
 from attnlib.torch_mha import mha_forward
 
-EXERCISES = ("lookup_batch", "attention_backward", "mha_by_hand", "kv_prediction", *KV.PARTS)
-
-
-def test_exercises_are_registered():
-    assert set(EXERCISES) <= set(checks.exercises())
+EXERCISES = (
+    "lookup_batch",
+    "attention_backward",
+    "weight_grads",
+    "mha_by_hand",
+    "kv_prediction",
+    *KV.PARTS,
+)
 
 
 CORRECT = {
     "lookup_batch": KV._lb_variant(),
     "attention_backward": KV._bw_variant(),
+    "weight_grads": KV._wg_build(),
     "mha_by_hand": KV._mha_variant(),
     "kv_prediction": KV.answers(
         lambda: np.array([True, False, True, False, False, True, True, False])
@@ -152,3 +157,14 @@ def test_an_unknown_mistake_fails_without_a_diagnosis():
 
 
 # ---- the prediction of lesson 05: tests/test_kv_prediction.py ------------------------------
+
+
+def test_weight_grads_reference_matches_attnlib_projection_grads():
+    from attnlib.backprop import projection_grads
+
+    for case in get_exercise("weight_grads").cases(hidden=True):
+        x_q, x_kv, W_q, W_k, W_v, d_out = case.args
+        got = get_exercise("weight_grads").reference(*case.args)  # torch autograd
+        want = projection_grads(x_q, x_kv, W_q.T, W_k.T, W_v.T, d_out)  # math convention
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_allclose(g, w.T, rtol=1e-10, atol=1e-12, err_msg=case.label)
