@@ -164,6 +164,18 @@ def sample_figures():
                 rng.random((3, 2)), ["h0", "h1", "h2"], ["subject", "attractor"]
             ),
         ),
+        (  # lesson 09: the four noun roles, one panel each; four series of bars
+            "role_scatter_panels",
+            lambda: plot.role_scatter(
+                rng.standard_normal((60, 2)), np.arange(60) % 4, ["f", "s", "a", "o"], panels=True
+            ),
+        ),
+        (
+            "grouped_bars_four_series",
+            lambda: plot.grouped_bars(
+                rng.random((4, 4)), [f"head {h}" for h in range(4)], ["s0", "a0", "s1", "a1"]
+            ),
+        ),
         (
             "tradeoff_scatter",
             lambda: plot.tradeoff_scatter(
