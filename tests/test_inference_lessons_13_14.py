@@ -468,3 +468,26 @@ def test_phase_change_chance_label_is_computed_from_its_value():
     ax = plot.phase_change(steps, {"a": curve}, chance=2.5)
     assert "chance: 2.50" in [t.get_text() for t in ax.texts]
     plt.close("all")
+
+
+def test_lesson_13_figures_keep_their_colours_apart_under_simulated_colour_blindness():
+    import matplotlib.pyplot as plt
+    from test_plot_style import cvd_close_pairs
+
+    from attnlib import plot
+    from attnlib.tasks import induction as ind
+
+    log = ind.read_log()
+    ax = plot.phase_change(
+        log["step"],
+        {"repeated half": log["repeated"], "first half": log["first"],
+         "control, repeated half": log["control_repeated"]},
+        chance=ind.CHANCE,
+    )  # fmt: skip
+    curves = [line.get_color() for line in ax.get_lines() if line.get_label()[:1] != "_"]
+    assert len(curves) == 3 and cvd_close_pairs(curves) == []
+    ablation = {"intact": 1.0, "keys": 0.04, "queries": 1.0, "values": 1.0, "all": 0.04}
+    ax = plot.ablation_bars(ablation, chance=0.02)
+    bars = [p.get_facecolor() for p in ax.patches if isinstance(p, matplotlib.patches.Rectangle)]
+    assert cvd_close_pairs(bars) == []
+    plt.close("all")
