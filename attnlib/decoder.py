@@ -490,7 +490,11 @@ class Generation(NamedTuple):
 
 def _check_generate(model, prompt, n_new, *, use_cache=True) -> None:
     fn = "generate"
-    check_instance(fn, "model", model, TinyDecoder, "an attnlib TinyDecoder")
+    if not (isinstance(model, nn.Module) and callable(getattr(model, "new_caches", None))):
+        raise TypeError(
+            f"{fn}: model must be a decoder module with new_caches() and a head (a "
+            f"TinyDecoder), got {B.type_name(model)}"
+        )
     check_array(fn, "prompt", prompt, only="torch")
     if prompt.ndim != 2 or prompt.shape[1] < 1 or prompt.dtype != torch.long:
         raise ValueError(
@@ -499,8 +503,9 @@ def _check_generate(model, prompt, n_new, *, use_cache=True) -> None:
         )
     n_new = check_int(fn, "n_new", n_new, minimum=0)
     last = prompt.shape[1] + n_new - 2  # the position of the last token fed to the model
-    if n_new and last >= model.max_len:
-        raise ValueError(f"{fn}: position {last} exceeds max_len={model.max_len}")
+    max_len = getattr(model, "max_len", None)
+    if n_new and max_len is not None and last >= max_len:
+        raise ValueError(f"{fn}: position {last} exceeds max_len={max_len}")
 
 
 @validated(_check_generate)
@@ -515,6 +520,8 @@ def generate(model: TinyDecoder, prompt: torch.Tensor, n_new: int, *, use_cache:
     Parameters
     ----------
     model : TinyDecoder
+        Or any decoder module with ``new_caches(batch, max_len)``, ``head`` and
+        ``forward(tokens, caches=None)`` (lesson 14's recall models).
     prompt : int Tensor of shape (batch, prompt_len), prompt_len >= 1
     n_new : int
     use_cache : bool, default True
