@@ -570,4 +570,3 @@ def test_published_configurations_multiplied_out_by_hand():
     assert 5.5 < all_global / gemma3 < 6  # 5:1 local:global keeps about a sixth
     assert all(cfg.source for cfg in P.values())
     assert {"Llama 2 7B", "Mistral 7B", "Gemma 3 27B", "DeepSeek-V3"} <= set(P)
-
