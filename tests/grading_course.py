@@ -10,8 +10,8 @@ tests/test_grading.py grades several such courses, one per class, so that xdist
   two right, and two learners who go through nbgrader's exchange (release_assignment ->
   fetch -> submit -> collect -> autograde -> generate_feedback -> release_feedback ->
   fetch_feedback);
-* the hostile and honest submissions of tests/hostile.py on the first fixture lesson, graded
-  two at a time (the parallel path of ``autograde``);
+* the hostile and honest submissions of tests/hostile.py on the first fixture lesson, in two
+  courses (one graded two at a time: the parallel path of ``autograde``);
 * every graded lesson in notebooks/, its instructor version and its untouched release, in
   shards of a few lessons each.
 
@@ -32,7 +32,6 @@ import time
 from pathlib import Path
 
 import nbformat
-from hostile import HONEST, HOSTILE
 from nbfixtures import LESSONS, PART_LESSONS, reference_source, set_solution
 from nbfixtures import write_lessons as write_fixture_lessons
 
@@ -135,10 +134,10 @@ def add_scenarios(course: Path, notebooks: Path) -> None:
     submit(course, "half", C, nb)
 
 
-def add_hostile_and_honest(course: Path) -> None:
-    """The submissions of tests/hostile.py, each on the first fixture lesson, with the files,
+def add_hostile_and_honest(course: Path, subs) -> None:
+    """Submissions of tests/hostile.py, each on the first fixture lesson, with the files,
     links and FIFOs handed in beside them."""
-    for sub in HOSTILE + HONEST:
+    for sub in subs:
         nb = release_copy(course, A)
         values = {"course": str(course), "attnlib": str(ATTNLIB)}
         set_solution(nb, "l01-softmax-solution", fill(sub.softmax, values))
@@ -267,15 +266,15 @@ def grade(
     tmp: Path,
     *,
     scenarios: bool = False,
-    hostile: bool = False,
+    hostile=(),
     lessons: list[Path] = (),
     jobs: int = 1,
 ) -> Graded:
     """Release, hand in, autograde and give feedback for one course under ``tmp``.
 
     ``scenarios``: the three fixture lessons with the old scenarios and the two learners of
-    nbgrader's exchange; ``hostile``: the first fixture lesson with every submission of
-    tests/hostile.py; ``lessons``: these graded lessons of notebooks/, each with its
+    nbgrader's exchange; ``hostile``: the first fixture lesson with these
+    submissions of tests/hostile.py; ``lessons``: these graded lessons of notebooks/, each with its
     instructor version and its untouched release. ``jobs`` submissions at a time.
     """
     notebooks, course, homes = tmp / "notebooks", tmp / "course", tmp / "homes"
@@ -302,7 +301,7 @@ def grade(
     if scenarios:
         add_scenarios(course, notebooks)
     if hostile:
-        add_hostile_and_honest(course)
+        add_hostile_and_honest(course, hostile)
     for path in lessons:  # the copies: lessons may change while this runs
         copy = nbformat.read(notebooks / path.name, as_version=4)
         submit(course, "instructor", path.stem, copy)

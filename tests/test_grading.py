@@ -44,9 +44,9 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:Cell is missing an id field:Warning"),
 ]
 
-#: Graded lessons per shard: every third lesson, so that each shard mixes short and long
+#: Graded lessons per shard: every fifth lesson, so that each shard mixes short and long
 #: lessons and no shard's fixture takes long.
-SHARDS = 3
+SHARDS = 5
 
 
 def _graded(tmp_path_factory, name: str, **what):
@@ -87,15 +87,42 @@ class EveryCourse:
         assert rows == graded.rows
 
 
-class TestHostileAndHonest(EveryCourse):
-    """tests/hostile.py on the first fixture lesson, graded two at a time."""
+#: Students whose own tests below read their outputs: graded in TestHostileA.
+NAMED = {
+    "h01_reference",
+    "h03_patch_testing",
+    "h11_bytecode",
+    "h19_escape",
+    "h21_result_as_score",
+    "h34_script",
+}
+
+
+class _HostileCourse(EveryCourse):
+    """tests/hostile.py on the first fixture lesson, in two courses of about equal size: A
+    has the honest controls, the students the tests below name and a third of the rest,
+    graded two at a time (autograde's parallel path); B the other two thirds, one at a time."""
+
+    part = "A"
+
+    @classmethod
+    def hostile(cls):
+        named = [s for s in HOSTILE if s.student in NAMED]
+        rest = [s for s in HOSTILE if s.student not in NAMED]
+        return named + rest[0::3] if cls.part == "A" else [*rest[1::3], *rest[2::3]]
+
+    @classmethod
+    def honest(cls):
+        return list(HONEST) if cls.part == "A" else []
 
     @pytest.fixture(scope="class")
     def graded(self, tmp_path_factory):
-        return _graded(tmp_path_factory, "hostile", hostile=True, jobs=2)
+        subs = self.hostile() + self.honest()
+        jobs = 2 if self.part == "A" else 1
+        return _graded(tmp_path_factory, f"hostile{self.part}", hostile=subs, jobs=jobs)
 
-    @pytest.mark.parametrize("sub", HOSTILE, ids=[s.student for s in HOSTILE])
-    def test_a_hostile_submission_earns_nothing_and_is_flagged(self, graded, sub):
+    def test_a_hostile_submission_earns_nothing_and_is_flagged(self, graded, hostile_sub):
+        sub = hostile_sub
         row = graded.rows[(sub.student, A)]
         assert row["status"] == sub.status, (sub.what, row)
         assert row["score"] == "" and row["raw_score"] == "", row  # never a number
@@ -106,6 +133,10 @@ class TestHostileAndHonest(EveryCourse):
             report = json.loads((graded.course / export.REPORT_NAME).read_text())
             assert report[A][sub.student]["auto_score"] == sub.auto, (sub.what, row["notes"])
 
+
+class TestHostileA(_HostileCourse):
+    part = "A"
+
     def test_no_output_a_browser_would_run_reaches_staff_or_learners(self, graded):
         nb = graded.autograded("h34_script", A)
         kinds = {k for c in nb.cells for o in c.get("outputs", []) for k in o.get("data", {})}
@@ -113,8 +144,8 @@ class TestHostileAndHonest(EveryCourse):
         html = (graded.course / "feedback" / "h34_script" / A / f"{A}.html").read_text()
         assert "<script>document.title" not in html and "<b>ready</b>" not in html
 
-    @pytest.mark.parametrize("sub", HONEST, ids=[s.student for s in HONEST])
-    def test_an_honest_submission_keeps_its_points_unflagged(self, graded, sub):
+    def test_an_honest_submission_keeps_its_points_unflagged(self, graded, honest_sub):
+        sub = honest_sub
         row = graded.rows[(sub.student, A)]
         assert (row["score"], row["status"], row["needs_review"]) == (
             f"{float(sub.points)}",
@@ -210,6 +241,10 @@ class TestLessonShard0(_LessonShard):
     shard = 0
 
 
+class TestHostileB(_HostileCourse):
+    part = "B"
+
+
 class TestLessonShard1(_LessonShard):
     shard = 1
 
@@ -218,8 +253,20 @@ class TestLessonShard2(_LessonShard):
     shard = 2
 
 
+class TestLessonShard3(_LessonShard):
+    shard = 3
+
+
+class TestLessonShard4(_LessonShard):
+    shard = 4
+
+
 def pytest_generate_tests(metafunc):
-    """Each lesson shard's tests run once per lesson of that shard."""
+    """Each course's tests run once per lesson or submission of that course."""
+    for name, of in (("hostile_sub", "hostile"), ("honest_sub", "honest")):
+        if name in metafunc.fixturenames:
+            subs = getattr(metafunc.cls, of)()
+            metafunc.parametrize(name, subs, ids=[s.student for s in subs])
     if "lesson" in metafunc.fixturenames:
         lessons = metafunc.cls.lessons()
         metafunc.parametrize("lesson", [p.stem for p in lessons], ids=[p.stem for p in lessons])
@@ -464,9 +511,7 @@ def test_the_audit_follows_aliases_and_flags_hooks_files_and_the_gradebook():
     assert "uses ip.events" in hooks
     assert audit.audit_code("import sqlite3", forbidden) == ["imports sqlite3"]
     assert "opens a file for writing" in audit.audit_code("open('x.py', 'w')", forbidden)
-    assert "names 'gradebook' in a string" in audit.audit_code(
-        "p = '../gradebook.db'", forbidden
-    )
+    assert "names 'gradebook' in a string" in audit.audit_code("p = '../gradebook.db'", forbidden)
     # honest code: arrays are assigned into, torch.softmax is not "a course reference"
     honest = "out = np.zeros((2, 3))\nout[0, 1] = 1.0\nw = torch.softmax(s, -1)\nprint(sys.argv)"
     assert audit.audit_code(honest, forbidden) == []
