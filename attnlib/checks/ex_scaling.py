@@ -22,7 +22,7 @@ import math
 import numpy as np
 
 from attnlib.checks._core import Case, Exercise, Finding, Misconception, register
-from attnlib.checks.measure import fmt
+from attnlib.checks.measure import close, fmt, tolerances
 from attnlib.core import softmax as _softmax
 from attnlib.tasks.scaling import choose_scale as _choose_scale
 from attnlib.tasks.scaling import predicted_score_variance as _predicted_score_variance
@@ -287,13 +287,14 @@ _JAC_BATCH = _softmax(
 )
 
 
-def _fit_terms(J, p):
-    """(a, b) with J = a·diag(p) + b·p pᵀ exactly (to 1e-9), or None."""
+def _fit_terms(J, p, eps: float = 2.2e-16):
+    """(a, b) with J = a·diag(p) + b·p pᵀ (within the output's precision), or None."""
+    rel, abs_ = tolerances(eps)
     basis = np.stack([np.diag(p).ravel(), np.outer(p, p).ravel()], axis=1)  # (n², 2)
     coef, *_ = np.linalg.lstsq(basis, J.ravel(), rcond=None)
-    if np.abs(basis @ coef - J.ravel()).max() > 1e-9:
+    if np.abs(basis @ coef - J.ravel()).max() > abs_ + rel * np.abs(J).max():
         return None
-    return tuple(float(np.round(c, 6)) for c in coef)
+    return tuple(float(np.round(c, 3)) + 0.0 for c in coef)
 
 
 def _infer_jacobian(learner) -> list[Finding]:
@@ -301,7 +302,7 @@ def _infer_jacobian(learner) -> list[Finding]:
     J = o.array(0) if o.ok and o.arity == 1 else None
     if J is None or J.shape != (5, 5):
         return []
-    ab = _fit_terms(J, _JAC_ROW)
+    ab = _fit_terms(J, _JAC_ROW, o.eps)
     terms = {
         (1.0, -1.0): None,
         (1.0, 0.0): "jacobian-missing-outer",
@@ -326,18 +327,10 @@ def _infer_jacobian(learner) -> list[Finding]:
     P = _JAC_BATCH
     per_row = a * _diag_embed(P) + b * _outer(P)
     mixed = a * _diag_embed(P) + b * (P.T @ P)
-    if (
-        Jb is not None
-        and Jb.shape == per_row.shape
-        and np.allclose(Jb, per_row, rtol=1e-7, atol=1e-10)
-    ):
+    rel, abs_ = tolerances(ob.eps)
+    if Jb is not None and close(Jb, per_row, rel, abs_):
         return found
-    if (
-        Jb is not None
-        and Jb.shape == mixed.shape
-        and b != 0
-        and np.allclose(Jb, mixed, rtol=1e-7, atol=1e-10)
-    ):
+    if Jb is not None and b != 0 and close(Jb, mixed, rel, abs_):
         found.append(
             Finding(
                 "jacobian-batch-mixed",
