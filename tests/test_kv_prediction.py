@@ -116,3 +116,12 @@ def test_malformed_predictions_fail_visibly_with_a_clear_message(bad, part):
     if part in KV.PARTS:
         with pytest.raises(AssertionError, match="kv_prediction\\(\\) must return"):
             KV.recorded(part, bad)
+
+
+def test_an_unwritten_prediction_reads_as_not_written():
+    def stub():
+        raise NotImplementedError()
+
+    with pytest.raises(AssertionError) as err:
+        KV.recorded("kv_prediction_tied", stub)
+    assert checks.read_results(str(err.value))["kv_prediction_tied"].status == "not written"
