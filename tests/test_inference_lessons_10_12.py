@@ -1,5 +1,6 @@
 """Diagnosis by inference for lessons 10–12, tried on submissions written the way learners
-write them: decoding with the mask's diagonal in the wrong place, an online softmax that
+write them: decoding with the mask's diagonal in the wrong place or the scores scaled by the
+wrong factor, an online softmax that
 takes the block's exponentials against a stale max (or one max for every row), rotary
 embeddings with wrong frequencies or an in-place rotation — alone and two at a time.
 
@@ -88,6 +89,28 @@ def decode_one_too_far_axis_0(q_new, k_new, v_new, k_cache, v_cache):
     seq_past, seq_new = k_cache.shape[-2], q_new.shape[-2]
     mask = np.tril(np.ones((seq_new, k.shape[-2]), dtype=bool), k=seq_past + 1)
     return _attend(q_new, k, v, mask)[0], k, v
+
+
+def _decode_scaled(scale_of):
+    def decode_step(q_new, k_new, v_new, k_cache, v_cache):
+        k, v = _grow(k_new, v_new, k_cache, v_cache)
+        mask = causal_mask(q_new.shape[-2], k.shape[-2], align="bottom_right")
+        s = q_new @ np.swapaxes(k, -1, -2) * scale_of(q_new, v)
+        w = _softmax(np.where(mask, s, -np.inf))
+        return w @ v, k, v
+
+    return decode_step
+
+
+decode_unscaled = _decode_scaled(lambda q, v: 1.0)
+decode_scaled_by_sqrt_d_v = _decode_scaled(lambda q, v: 1 / np.sqrt(v.shape[-1]))
+
+
+def decode_unscaled_top_left(q_new, k_new, v_new, k_cache, v_cache):
+    k, v = _grow(k_new, v_new, k_cache, v_cache)
+    s = q_new @ np.swapaxes(k, -1, -2)
+    w = _softmax(np.where(causal_mask(q_new.shape[-2], k.shape[-2]), s, -np.inf))
+    return w @ v, k, v
 
 
 # ----------------------------------------------------------------------------------------
@@ -193,6 +216,9 @@ REALISTIC = [
     ("decode_step", decode_first_rows_of_full_mask, ["mask-blocks-past"]),
     ("decode_step", decode_strict_and_old_cache, ["cache-not-appended", "mask-wrong-offset"]),
     ("decode_step", decode_one_too_far_axis_0, ["cache-wrong-axis", "mask-wrong-offset"]),
+    ("decode_step", decode_unscaled, ["decode-scale-wrong"]),
+    ("decode_step", decode_scaled_by_sqrt_d_v, ["decode-scale-wrong"]),
+    ("decode_step", decode_unscaled_top_left, ["mask-blocks-past", "decode-scale-wrong"]),
     ("online_softmax_update", online_stale_max, ["stale-max"]),
     ("online_softmax_update", online_max_without_axis, ["max-over-whole-block"]),
     ("online_softmax_update", online_stale_max_upside_down, ["stale-max", "rescale-inverted"]),

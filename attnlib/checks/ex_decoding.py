@@ -86,9 +86,10 @@ def _decode_hidden_cases() -> list[Case]:
     return [Case("hidden: " + c.label, c.args) for c in _decode_cases(2021)] + extra
 
 
-def _np_attend(q, k, v, mask=None):
+def _np_attend(q, k, v, mask=None, scale=None):
     """Plain numpy attention; zero keys (or a fully masked row) gives output 0."""
-    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])  # (..., seq_q, seq_k)
+    c = 1 / np.sqrt(q.shape[-1]) if scale is None else scale
+    s = q @ np.swapaxes(k, -1, -2) * c  # (..., seq_q, seq_k)
     if mask is not None:
         s = np.where(mask, s, -np.inf)
     if s.shape[-1] == 0:
@@ -117,8 +118,12 @@ def _decode_variant(
     order="cache-first",
     axis=-2,
     offset=0,
+    scale="sqrt_d_k",
 ):
     """A decoding step with the given choices; the defaults give the correct one.
+
+    ``scale``: what the scores are multiplied by — "sqrt_d_k" (1/√d_k, right), "none"
+    (1) or "sqrt_d_v" (1/√d_v).
 
     ``axis`` is the axis the cache grows along (0 is right for 2-D inputs only);
     ``offset`` moves the bottom-right mask's diagonal: new query i sees keys
@@ -139,7 +144,8 @@ def _decode_variant(
         if mask == "bottom_right" and offset:
             last = seq_k - seq_new + np.arange(seq_new)[:, None] + offset  # (seq_new, 1)
             m = np.arange(seq_k)[None, :] <= last  # (seq_new, seq_k)
-        out = _np_attend(q_new, k_att, v_att, m)
+        c = {"sqrt_d_k": None, "none": 1.0, "sqrt_d_v": 1 / np.sqrt(v_new.shape[-1])}[scale]
+        out = _np_attend(q_new, k_att, v_att, m, c)
         return (out, k_all, v_all) if append else (out, k_cache, v_cache)
 
     return fn
@@ -149,8 +155,60 @@ def _infer_decode(learner) -> list[Finding]:
     found = _decode_2d_findings(learner)
     ids = {f.id for f in found}
     if "cache-not-appended" in ids or "cache-wrong-order" in ids:
-        return found
-    return found + _decode_batch_findings(learner)
+        return found + _decode_scale_findings(learner)
+    return found + _decode_batch_findings(learner) + _decode_scale_findings(learner)
+
+
+def _decode_scale_findings(learner) -> list[Finding]:
+    """What the scores were multiplied by: random queries, values that name their key (key
+    j carries e_j), so that each output row is the query's weights, whatever order the
+    keys were put in; log weight = multiplier · q·k + a constant per row."""
+    seq_past, seq_new, d_k = 4, 3, 5
+    seq_k = seq_past + seq_new
+    d_v = seq_k + 1  # one spare column: d_v differs from d_k and from seq_k
+    rng = np.random.default_rng(14)
+    q = rng.standard_normal((seq_new, d_k))
+    k_cache, k_new = rng.standard_normal((seq_past, d_k)), rng.standard_normal((seq_new, d_k))
+    eye = np.eye(seq_k, d_v)
+    o = learner(q, k_new, eye[seq_past:], k_cache, eye[:seq_past])
+    if not o.ok or o.arity != 3 or o.parts[0] is None or o.parts[0].shape != (seq_new, d_v):
+        return []
+    out = o.parts[0]
+    if not np.isfinite(out).all() or not close(out[:, seq_k:], np.zeros((seq_new, 1))):
+        return []
+    raw = q @ np.concatenate([k_cache, k_new]).T  # (seq_new, seq_k): unscaled dot products
+    fits = []
+    for i in range(seq_new):
+        seen = out[i, :seq_k] > 1e-12
+        if seen.sum() < 2 or not close(out[i, :seq_k].sum(), 1.0, rel=1e-6):
+            continue
+        x, y = raw[i, seen], np.log(out[i, :seq_k][seen])
+        x, y = x - x.mean(), y - y.mean()
+        c = float((x * y).sum() / (x * x).sum())
+        if not close(c * x, y, rel=1e-4, abs_=1e-6):
+            return []  # not one multiplier on the dot products: nothing to say
+        fits.append(c)
+    if not fits or not close(np.array(fits), np.full(len(fits), fits[0]), rel=1e-4):
+        return []
+    c = fits[0]
+    if close(c, 1 / np.sqrt(d_k), rel=1e-4):
+        return []
+    named = {
+        "1 (no scaling)": 1.0,
+        f"1/√{d_v} = 1/√d_v": 1 / np.sqrt(d_v),
+        f"1/{d_k} = 1/d_k": 1 / d_k,
+        f"1/√{seq_k} = 1/√seq_k": 1 / np.sqrt(seq_k),
+    }
+    what = [name for name, value in named.items() if close(c, value, rel=1e-4)]
+    return [
+        Finding(
+            "decode-scale-wrong",
+            f"the scores are multiplied by {c:.3f}"
+            + (f" = {what[0]}" if what else "")
+            + f"; with d_k = {d_k} (d_v = {d_v}) they must be multiplied by "
+            f"1/√{d_k} = {1 / np.sqrt(d_k):.3f}.",
+        )
+    ]
 
 
 def _decode_2d_findings(learner) -> list[Finding]:
@@ -343,6 +401,15 @@ register(
                 {"offset": -1},
             ),
             Misconception(
+                "decode-scale-wrong",
+                "The scores are scaled by the wrong factor. Scaled dot-product attention "
+                "divides q · k by √d_k, the width of the queries and keys (q_new.shape[-1]) "
+                "— not by √d_v, not by d_k, and not left unscaled. attnlib.attend does it "
+                "for you.",
+                (_decode_variant(scale="none"), _decode_variant(scale="sqrt_d_v")),
+                {"scale": "none"},
+            ),
+            Misconception(
                 "no-causal-mask-in-chunk",
                 "With several new tokens at once, each must not see the new tokens after it. "
                 "One new token may see everything; a chunk needs the bottom-right causal mask.",
@@ -384,6 +451,7 @@ _register_parts(
                     "new-key-not-included",
                     "mask-blocks-past",
                     "mask-wrong-offset",
+                    "decode-scale-wrong",
                     "no-causal-mask-in-chunk",
                 ),
             },
