@@ -66,6 +66,68 @@ def _attend_dk_mask_after(q, k, v, mask=None):
     return w @ v, w
 
 
+def _attend_by_hand(
+    *, scale="sqrt", axis=-1, mask_at="before", kt="swap", fill=-np.inf, order="ow"
+):
+    """attend as a learner writes it, with one or two slips (independent of the checks'
+    own mistake model): scale by √d_k / d_k / √d_v / nothing, softmax axis, mask before or
+    after the softmax (or ignored), k transposed with swapaxes / .T / not at all, the fill
+    value of blocked scores, the order of the returned pair."""
+
+    def attend(q, k, v, mask=None):
+        kk = np.swapaxes(k, -1, -2) if kt == "swap" else (k.T if kt == "T" else k)
+        s = q @ kk
+        div = {"sqrt": math.sqrt(q.shape[-1]), "d": q.shape[-1], "dv": math.sqrt(v.shape[-1])}
+        s = s / div[scale] if scale in div else s
+        if mask is not None and mask_at == "before":
+            s = np.where(mask, s, fill)
+        m = s.max(axis=axis, keepdims=True)
+        e = np.exp(s - np.where(np.isfinite(m), m, 0.0))
+        t = e.sum(axis=axis, keepdims=True)
+        w = e / np.where(t > 0, t, 1.0)
+        if mask is not None and mask_at == "after":
+            w = w * mask
+        out = w @ v
+        return (out, w) if order == "ow" else (w, out)
+
+    return attend
+
+
+ATTEND_PAIRS = {
+    "softmax over queries, no scale": (
+        _attend_by_hand(scale=None, axis=-2),
+        ["softmax-over-queries", "no-scaling"],
+    ),
+    "softmax over queries, 1/d_k": (
+        _attend_by_hand(scale="d", axis=-2),
+        ["softmax-over-queries", "scale-not-sqrt"],
+    ),
+    "mask after the softmax, no scale": (
+        _attend_by_hand(scale=None, mask_at="after"),
+        ["no-scaling", "mask-after-softmax"],
+    ),
+    "fill -1e9, 1/√d_v": (
+        _attend_by_hand(scale="dv", fill=-1e9),
+        ["scale-sqrt-d-v", "mask-fill-finite"],
+    ),
+    "k.T on a batch, fill -1e9": (
+        _attend_by_hand(kt="T", fill=-1e9),
+        ["mask-fill-finite", "batch-not-supported"],
+    ),
+    "outputs swapped, no scale": (
+        _attend_by_hand(scale=None, order="wo"),
+        ["no-scaling", "outputs-swapped"],
+    ),
+    "mask ignored, 1/d_k": (
+        _attend_by_hand(scale="d", mask_at="none"),
+        ["scale-not-sqrt", "mask-ignored"],
+    ),
+    "k not transposed, mask after": (
+        _attend_by_hand(kt="none", mask_at="after"),
+        ["mask-after-softmax", "keys-not-transposed"],
+    ),
+}
+
 ATTEND = {
     "no scale, k.T, -inf fill": (
         _attend_no_scale_2d,
@@ -213,6 +275,7 @@ CASES = [
     for exercise, table in (
         ("softmax", SOFTMAX),
         ("attend", ATTEND),
+        ("attend", ATTEND_PAIRS),
         ("linear_forward", LINEAR),
         ("project", PROJECT),
         ("score_variance", VARIANCE),
