@@ -68,10 +68,19 @@ PAIRS = [
     for ids, fn in checks.co_occurring(name)
 ]
 # The exercises the inference issue requires a property view for.
-REQUIRED_INFERENCE = {
-    "softmax", "attend", "causal_mask", "padding_mask", "decode_step", "online_softmax_update",
-    "rotary_attend", "split_heads", "merge_heads", "mha_by_hand", "attention_backward",
-}  # fmt: skip
+# Every graded exercise diagnoses by inference (it measures the learner's function), except
+# these, with the reason.
+NOT_INFERRED = {
+    name: "true/false statements: an answer is right or wrong, there is nothing to measure"
+    for name in (
+        "kv_prediction",
+        "kv_prediction_control",
+        "kv_prediction_separate",
+        "kv_prediction_tied",
+        "kv_prediction_width",
+    )
+}
+REQUIRED_INFERENCE = set(checks.exercises()) - set(NOT_INFERRED)
 
 
 def _in_registry_order(name, ids):
