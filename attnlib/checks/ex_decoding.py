@@ -26,13 +26,17 @@ Diagnosis by inference (see :mod:`attnlib.checks._core`):
 
 * ``decode_step``: which cache comes back (the old one, the new rows first, the right
   concatenation), and which keys each new query sees — with all scores 0 and the values
-  an identity, each output row *is* the query's weights over cache and new keys;
-* ``online_softmax_update``: whether the running max is updated (and keeps the old max),
-  and the factor the old sum and the old numerator were multiplied by, compared with
-  exp(m_old - m_new);
+  an identity, each output row *is* the query's weights over cache and new keys, so a
+  mask's diagonal (top-left, bottom-right, off by one either way) is read off directly;
+  with random queries, the multiplier on the dot products (1/√d_k or something else);
+* ``online_softmax_update``: whether the running max is updated (per row, keeping the
+  old max), and — from the same block folded into two different running states — the
+  factor on what was summed before (exp(m_old - m_new), 1 or its inverse) and the one on
+  the block's own terms (1, or exp(m_new - m_old) for exponentials against a stale max);
 * ``rotary_attend``: whether the output blends the values or rotated values, and which
   rotation of queries and keys (both, keys only, none; direction; pairing of dimensions;
-  frequencies) reproduces the weights.
+  frequencies 10000^(-k·i/d_k) for k = 2, 1, 4, -2; a first coordinate overwritten before
+  the second is computed) reproduces the weights.
 """
 
 from __future__ import annotations
