@@ -296,3 +296,18 @@ def test_feedback_gives_up_on_a_page_past_its_wall_clock(tmp_path, monkeypatch):
     export.feedback(tmp_path, echo=lines.append)
     assert time.perf_counter() - t0 < 10
     assert any("slow/01_x" in ln and "longer than 1 s" in ln for ln in lines), lines
+
+
+def test_a_restart_never_writes_the_connection_file_through_a_link(tmp_path):
+    """run/ is the kernel's: a link planted at run/kernel.json is replaced, not followed."""
+    box = sandbox.Sandbox()
+    try:
+        km = sandbox.SandboxKernelManager(kernel_name="key-vectors")
+        km.use(box, threads=1)
+        target = tmp_path / "staff-file"
+        (box.run / "kernel.json").symlink_to(target)  # dangling: a plain write creates it
+        km.write_connection_file()
+        assert not target.exists()
+        assert (box.run / "kernel.json").is_file() and not (box.run / "kernel.json").is_symlink()
+    finally:
+        box.cleanup()
