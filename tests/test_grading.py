@@ -116,10 +116,11 @@ class _HostileCourse(EveryCourse):
         return list(HONEST) if cls.part == "A" else []
 
     @pytest.fixture(scope="class")
-    def graded(self, tmp_path_factory):
-        subs = self.hostile() + self.honest()
-        jobs = 2 if self.part == "A" else 1
-        return _graded(tmp_path_factory, f"hostile{self.part}", hostile=subs, jobs=jobs)
+    @classmethod
+    def graded(cls, tmp_path_factory):
+        subs = cls.hostile() + cls.honest()
+        jobs = 2 if cls.part == "A" else 1
+        return _graded(tmp_path_factory, f"hostile{cls.part}", hostile=subs, jobs=jobs)
 
     def test_a_hostile_submission_earns_nothing_and_is_flagged(self, graded, hostile_sub):
         sub = hostile_sub
@@ -201,8 +202,9 @@ class _LessonShard(EveryCourse):
         return LESSON_PATHS[cls.shard :: SHARDS]
 
     @pytest.fixture(scope="class")
-    def graded(self, tmp_path_factory):
-        return _graded(tmp_path_factory, f"lessons{self.shard}", lessons=self.lessons())
+    @classmethod
+    def graded(cls, tmp_path_factory):
+        return _graded(tmp_path_factory, f"lessons{cls.shard}", lessons=cls.lessons())
 
     def test_every_lesson_grades_full_marks_for_its_solution_and_zero_untouched(
         self, graded, lesson
@@ -277,7 +279,8 @@ class TestScenarios(EveryCourse):
     exchange."""
 
     @pytest.fixture(scope="class")
-    def graded(self, tmp_path_factory):
+    @classmethod
+    def graded(cls, tmp_path_factory):
         return _graded(tmp_path_factory, "scenarios", scenarios=True)
 
     def test_reference_solutions_score_full_marks(self, graded):
