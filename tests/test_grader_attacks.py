@@ -21,6 +21,7 @@ import nbformat
 import numpy as np
 import pytest
 
+from attnlib import checks
 from attnlib.checks import grading, protocol, trust
 from attnlib.course.grader import audit, autograde, execution, export, sandbox
 from attnlib.course.safe_outputs import markdown_is_active
@@ -174,6 +175,9 @@ def test_the_reference_run_from_another_spelling_of_its_path_is_recognised():
     watch = grading._Watch(protocol.refused_calls("softmax"))
     obs = grading.observe(copy, [((np.zeros((2, 3)),), {})], watch)
     assert "attnlib.core.softmax" in obs.calls
+    # and the visible check says so too (its own hook, the same real-file key)
+    with pytest.raises(AssertionError, match="calls the course's reference"):
+        checks.check("softmax", lambda x: copy(x))
 
 
 def test_a_builtins_self_is_an_alias_and_exec_as_an_attribute_is_a_finding():

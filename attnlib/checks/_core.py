@@ -45,6 +45,7 @@ import contextlib
 import importlib
 import io
 import math
+import os
 import re
 import sys
 import warnings
@@ -571,10 +572,19 @@ class Report:
     inference_error: str = ""
 
 
+_REAL_FILES: dict[str, str] = {}
+_realpath = os.path.realpath
+
+
 def _code_key(code) -> tuple:
-    # By file, line and name rather than identity, so that a fresh copy of attnlib (see
-    # attnlib.checks.grading) recognises calls into the copy the notebook imported.
-    return (code.co_filename, code.co_firstlineno, code.co_name)
+    # By real file, line and name rather than identity, so that a fresh copy of attnlib
+    # (see attnlib.checks.grading) recognises calls into the copy the notebook imported,
+    # and a copy run from another spelling of its path (runpy, "attnlib//core.py") too.
+    name = code.co_filename
+    real = _REAL_FILES.get(name)
+    if real is None:
+        real = _REAL_FILES[name] = name if name.startswith("<") else _realpath(name)
+    return (real, code.co_firstlineno, code.co_name)
 
 
 def _forbidden_codes(ex: Exercise) -> dict:
