@@ -16,10 +16,10 @@ import math
 import numpy as np
 import pytest
 import torch
+from named import assert_correct, assert_named, in_registry_order
 
 from attnlib import checks
 from attnlib.checks import get_exercise
-from attnlib.checks._core import Learner
 
 # ----------------------------------------------------------------------------------------
 # Lesson 06: attention_backward and weight_grads
@@ -395,38 +395,20 @@ CORRECT = {
 }
 
 
-def _in_order(name, ids):
-    order = [m.id for m in get_exercise(name).misconceptions]
-    return sorted(ids, key=order.index)
-
-
 @pytest.mark.parametrize(
     ("name", "fn", "ids"),
     [pytest.param(n, f, i, id=f"{n}-{f.__name__}") for n, f, i in REALISTIC],
 )
 def test_a_realistic_mistake_is_named_with_all_its_ids(name, fn, ids):
-    report = checks.run(name, fn)
-    assert not report.ok
-    assert not report.inference_error
-    assert [f.id for f in report.findings] == _in_order(name, ids)  # measured, not matched
-    assert all(len(f.detail) > 20 for f in report.findings)
-    with pytest.raises(AssertionError) as err:
-        checks.check(name, fn)
-    message = str(err.value)
-    assert message.splitlines()[-1] == checks.result_line(name, _in_order(name, ids))
-    assert checks.run(name, fn, hidden=True).misconceptions == _in_order(name, ids)
+    assert_named(name, fn, ids)
 
 
 @pytest.mark.parametrize(
     ("name", "fn"),
     [pytest.param(n, f, id=f"{n}-{f.__name__}") for n, fs in CORRECT.items() for f in fs],
 )
-def test_a_correct_function_written_differently_passes_and_measures_nothing(name, fn, capsys):
-    assert checks.run(name, fn).ok
-    assert checks.run(name, fn, hidden=True).ok
-    assert list(get_exercise(name).infer(Learner(fn))) == []
-    checks.check(name, fn)
-    assert capsys.readouterr().out.startswith(f"✔ {name}: correct")
+def test_a_correct_function_written_differently_passes_and_measures_nothing(name, fn):
+    assert_correct(name, fn)
 
 
 @pytest.mark.parametrize(
@@ -440,7 +422,7 @@ def test_every_pair_of_mistakes_is_named_as_two(name):
     pairs = checks.co_occurring(name)
     assert pairs, name
     for ids, fn in pairs:
-        assert checks.diagnose(name, fn) == _in_order(name, ids), ids
+        assert checks.diagnose(name, fn) == in_registry_order(name, ids), ids
 
 
 def test_the_pair_counts_cover_every_independent_choice():
