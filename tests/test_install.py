@@ -67,6 +67,7 @@ def test_wheel_carries_the_data_and_the_lecture_templates(installed):
     for name in (
         "attnlib/data/agreement_corpus.tsv",
         "attnlib/data/syntax_model.pt",
+        "attnlib/data/plays.txt",
         "attnlib/course/lecture_templates/kv_reveal/index.html.j2",
     ):
         assert name in files, f"{name} is missing from the wheel"
