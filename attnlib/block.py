@@ -365,11 +365,15 @@ class GPTAttention(nn.Module):
         self.W_o = nn.Linear(d_model, d_model)
         self.resid_dropout = nn.Dropout(_check_p(fn, "dropout", dropout))
 
-    def _check_forward(self, x, cache=None, *, return_weights=False) -> None:
-        fn = "GPTAttention"
+    def _check_input(self, fn: str, x, cache) -> None:
+        """``x`` (batch, seq_new, d_model) of the weights' dtype, and a matching ``cache``;
+        ``fn`` names the door that was called (this layer or its block)."""
         _check_stream(fn, x, self.d_model, self.W_q.weight.dtype)
         check_ndim(fn, "x", x, ndim=3, doc="(batch, seq_new, d_model)")
         _check_cache(fn, cache, x.shape[0], self.n_heads, self.d_head, x.dtype)
+
+    def _check_forward(self, x, cache=None, *, return_weights=False) -> None:
+        self._check_input("GPTAttention", x, cache)
 
     @validated(_check_forward)
     def forward(self, x: torch.Tensor, cache: KVCache | None = None, *, return_weights=False):
@@ -466,7 +470,7 @@ class DecoderBlock(nn.Module):
         self.residual = residual
 
     def _check_forward(self, x, cache=None, *, return_weights=False) -> None:
-        self.attn._check_forward(x, cache)
+        self.attn._check_input("DecoderBlock", x, cache)
 
     @validated(_check_forward)
     def forward(self, x: torch.Tensor, cache: KVCache | None = None, *, return_weights=False):

@@ -105,6 +105,10 @@ class GPT(nn.Module):
         self.vocab_size = check_int(fn, "vocab_size", vocab_size, minimum=1)
         self.n_layers = check_int(fn, "n_layers", n_layers, minimum=1)
         self.max_len = check_int(fn, "max_len", max_len, minimum=1)
+        d_model = check_int(fn, "d_model", d_model, minimum=1)
+        n_heads = check_int(fn, "n_heads", n_heads, minimum=1)
+        if d_model % n_heads:
+            raise ValueError(f"{fn}: n_heads={n_heads} must divide d_model={d_model}")
         self.wte = nn.Embedding(self.vocab_size, d_model)
         self.wpe = nn.Embedding(self.max_len, d_model)
         self.h = nn.ModuleList(

