@@ -23,7 +23,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from attnlib._validate import check_array, check_instance, check_int, validated
+from attnlib._validate import check_array, check_instance, check_int, check_number, validated
 from attnlib.block import LAYER_NORM_EPS, DecoderBlock, LayerNorm
 from attnlib.kv_cache import KVCache
 
@@ -109,6 +109,9 @@ class GPT(nn.Module):
         n_heads = check_int(fn, "n_heads", n_heads, minimum=1)
         if d_model % n_heads:
             raise ValueError(f"{fn}: n_heads={n_heads} must divide d_model={d_model}")
+        for name, p in (("attn_dropout", attn_dropout), ("dropout", dropout)):
+            if check_number(fn, name, p, minimum=0.0) >= 1:
+                raise ValueError(f"{fn}: {name} must be in [0, 1), got {p}")
         self.wte = nn.Embedding(self.vocab_size, d_model)
         self.wpe = nn.Embedding(self.max_len, d_model)
         self.h = nn.ModuleList(
@@ -123,13 +126,13 @@ class GPT(nn.Module):
             )
             for _ in range(self.n_layers)
         )
-        self.drop = nn.Dropout(self.h[0].mlp.dropout.p)
+        self.drop = nn.Dropout(float(dropout))
         self.ln_f = LayerNorm(d_model, eps)
         self.lm_head = nn.Linear(d_model, self.vocab_size, bias=False)
         self.lm_head.weight = self.wte.weight  # tied: one matrix embeds and unembeds
         self.d_model, self.n_heads = d_model, n_heads
         self.d_head, self.d_ff = self.h[0].attn.d_head, self.h[0].mlp.c_fc.out_features
-        self.attn_dropout, self.dropout, self.eps = attn_dropout, self.drop.p, eps
+        self.attn_dropout, self.dropout, self.eps = float(attn_dropout), float(dropout), eps
         self.residual = residual
         self._init_weights()
 

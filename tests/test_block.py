@@ -262,6 +262,8 @@ def test_model_errors_name_the_argument():
         block(torch.randn(1, 2, 16), KVCache(1, 2, d_k=8))
     with pytest.raises(TypeError, match="GPTAttention: cache must be an attnlib.kv_cache.KVCache"):
         block.attn(torch.randn(1, 2, 16), "cache")
+    with pytest.raises(ValueError, match=r"GPT: dropout must be in \[0, 1\), got 1.5"):
+        GPT(vocab_size=13, d_model=16, n_heads=4, n_layers=2, max_len=8, dropout=1.5)
     with pytest.raises(ValueError, match=r"GPTAttention: attn_dropout must be in \[0, 1\)"):
         GPTAttention(16, 4, attn_dropout=1.0)
 
