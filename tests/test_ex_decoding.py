@@ -14,7 +14,9 @@ import torch
 from torch.nn import functional as F
 
 from attnlib import checks
+from attnlib.checks import ex_blockwise as exb
 from attnlib.checks import ex_decoding as exd
+from attnlib.checks import ex_positions as exr
 from attnlib.checks import get_exercise
 
 EXERCISES = ("decode_step", "online_softmax_update", "rotary_attend")
@@ -22,8 +24,8 @@ EXERCISES = ("decode_step", "online_softmax_update", "rotary_attend")
 # Correct implementations written independently of the attnlib reference functions.
 INDEPENDENT = {
     "decode_step": exd._decode_variant(),
-    "online_softmax_update": exd._online_variant(),
-    "rotary_attend": exd._rotary_variant(),
+    "online_softmax_update": exb._online_variant(),
+    "rotary_attend": exr._rotary_variant(),
 }
 
 
@@ -79,7 +81,7 @@ def test_rotary_reference_matches_complex_rotation_oracle():
             return np.stack([z.real, z.imag], -1).reshape(x.shape)
 
         want = F.scaled_dot_product_attention(*(torch.as_tensor(a) for a in (rot(q), rot(k), v)))
-        out, w = exd._rotary_reference(q, k, v, pos)
+        out, w = exr._rotary_reference(q, k, v, pos)
         np.testing.assert_allclose(out, want.numpy(), rtol=1e-10, atol=1e-12, err_msg=case.label)
         np.testing.assert_allclose(w.sum(-1), 1.0)
 
@@ -156,6 +158,6 @@ def test_online_update_keeps_a_row_with_nothing_seen_yet_empty():
     )
     w = np.exp(s_next[row] - s_next[row].max(-1, keepdims=True))
     np.testing.assert_allclose(acc2[row] / l2[row], (w / w.sum(-1, keepdims=True)) @ v_block)
-    assert checks.diagnose("online_softmax_update", exd._online_variant(guard_empty=False)) == [
+    assert checks.diagnose("online_softmax_update", exb._online_variant(guard_empty=False)) == [
         "masked-row-nan"
     ]

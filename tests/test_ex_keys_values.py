@@ -18,7 +18,9 @@ import torch
 from torch import nn
 
 from attnlib import checks
+from attnlib.checks import ex_backprop as BP
 from attnlib.checks import ex_keys_values as KV
+from attnlib.checks import ex_mha as MHA
 from attnlib.checks import get_exercise
 from attnlib.torch_mha import mha_forward
 
@@ -34,9 +36,9 @@ EXERCISES = (
 
 CORRECT = {
     "lookup_batch": KV._lb_variant(),
-    "attention_backward": KV._bw_variant(),
-    "weight_grads": KV._wg_build(),
-    "mha_by_hand": KV._mha_variant(),
+    "attention_backward": BP._bw_variant(),
+    "weight_grads": BP._wg_build(),
+    "mha_by_hand": MHA._mha_variant(),
     "kv_prediction": KV.answers(
         lambda: np.array([True, False, True, False, False, True, True, False])
     ),

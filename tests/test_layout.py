@@ -212,11 +212,7 @@ MAX_FUNCTION_LINES = 60
 # Modules over the limit today, each to be split by its owner (asked in
 # /work/coord/NOTES.md): no other module may pass it, and these may not grow further.
 OVER_THE_LIMIT = {
-    "attnlib/checks/ex_attention.py": 1600,  # LESSONS-A/B
-    "attnlib/checks/ex_decoding.py": 1250,  # LESSONS-C
-    "attnlib/checks/ex_fewer_keys.py": 1000,  # LESSONS-D
-    "attnlib/checks/ex_keys_values.py": 1400,  # LESSONS-A/B
-    "attnlib/tasks/recall.py": 900,  # LESSONS-D
+    "attnlib/tasks/recall.py": 900,  # LESSONS-D (816 lines: about the limit)
 }
 
 

@@ -25,7 +25,9 @@ import numpy as np
 import pytest
 
 from attnlib import checks
+from attnlib.checks import ex_blockwise as exb
 from attnlib.checks import ex_decoding as exd
+from attnlib.checks import ex_positions as exr
 from attnlib.checks import ex_syntax as exs
 from attnlib.checks import get_exercise, grading, protocol
 from attnlib.course.grader import judging
@@ -50,13 +52,13 @@ SPLIT = {
     "online_softmax_update": (
         ["online_softmax_update_blocks", "online_softmax_update_masked_rows"],
         ("11_blockwise", ["l11-online-update-check", "l11-online-update-masked-rows-check"]),
-        exd._online_variant(guard_empty=False),  # NaN for a row masked so far
+        exb._online_variant(guard_empty=False),  # NaN for a row masked so far
         None,
     ),
     "rotary_attend": (
         ["rotary_attend_weights", "rotary_attend_output"],
         ("12_positions", ["l12-rotary-check", "l12-rotary-output-check"]),
-        exd._rotary_variant(rotate_v=True),  # rotation right, values rotated too
+        exr._rotary_variant(rotate_v=True),  # rotation right, values rotated too
         None,
     ),
     "probe_accuracy": (
@@ -102,8 +104,8 @@ def test_the_solution_earns_every_part_and_the_stub_none(whole, tmp_path, capsys
     parts = SPLIT[whole][0]
     solution = {
         "decode_step": exd._decode_variant(),
-        "online_softmax_update": exd._online_variant(),
-        "rotary_attend": exd._rotary_variant(),
+        "online_softmax_update": exb._online_variant(),
+        "rotary_attend": exr._rotary_variant(),
         "probe_accuracy": exs._probe_reference,
     }[whole]
     for name in parts:
@@ -145,10 +147,10 @@ def test_the_failing_part_names_the_mistake_measured():
         ("decode_step_cache", exd._decode_variant(append=False), "cache-not-appended"),
         (
             "online_softmax_update_masked_rows",
-            exd._online_variant(guard_empty=False),
+            exb._online_variant(guard_empty=False),
             "masked-row-nan",
         ),
-        ("rotary_attend_output", exd._rotary_variant(rotate_v=True), "rotates-values"),
+        ("rotary_attend_output", exr._rotary_variant(rotate_v=True), "rotates-values"),
         ("probe_accuracy_bias", exs._probe_no_bias, "probe-no-bias"),
     ]
     for part, fn, mid in cases:

@@ -1,9 +1,10 @@
-"""Case builders shared by the exercise modules (``ex_*``).
+"""Case builders and the registration of graded parts, shared by the ``ex_*`` modules.
 
 Many exercises are checked on nothing but standard-normal arrays of chosen shapes: the
 shapes are what a case is about (non-square, one size equal to another on purpose), and
 the numbers only have to be reproducible. :func:`normal_cases` builds such cases from a
 table of labels and shapes, so that an exercise module states only the table.
+:func:`register_parts` registers the graded parts of an exercise from a table of specs.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from attnlib.checks._core import Case
+from attnlib.checks._core import Case, get_exercise, part, register
 
-__all__ = ["normal_cases"]
+__all__ = ["normal_cases", "register_parts"]
 
 Shape = int | tuple[int, ...] | None
 
@@ -45,3 +46,10 @@ def normal_cases(seed: int, *specs: tuple) -> list[Case]:
         args = tuple(arg(s) for s in shapes)
         cases.append(Case(label, args, {name: arg(s) for name, s in named.items()}))
     return cases
+
+
+def register_parts(whole: str, specs) -> None:
+    """Register the parts of the registered exercise ``whole``: each spec is
+    ``(name, summary, keyword arguments of checks.part)``, in the order they are graded."""
+    for name, summary, kwargs in specs:
+        register(part(get_exercise(whole), name, summary, **kwargs))

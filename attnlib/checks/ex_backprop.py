@@ -1,0 +1,467 @@
+"""Exercises of lesson 06 (learning keys by backprop), numpy.
+
+* ``attention_backward(q, k, v, d_out) -> (dq, dk, dv)`` — the backward pass of attention
+  by hand;
+* ``weight_grads(x_q, x_kv, W_q, W_k, W_v, d_out) -> (dW_q, dW_k, dW_v)`` — the gradients
+  reaching projection weights stored like ``nn.Linear.weight``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import torch
+
+from attnlib.backprop import attention_backward as _attention_backward
+from attnlib.checks._cases import normal_cases
+from attnlib.checks._core import Case, Exercise, Finding, Misconception, register
+from attnlib.checks.measure import close, fmt, tolerances
+
+# ----------------------------------------------------------------------------------------
+# attention_backward(q, k, v, d_out) -> (dq, dk, dv)
+# ----------------------------------------------------------------------------------------
+
+
+def _backward_cases() -> list[Case]:
+    rng = np.random.default_rng(6006)
+    n = rng.standard_normal
+
+    def case(label, *shape_q_k_v):
+        (sq, sk, dk, dv), batch = shape_q_k_v[0], shape_q_k_v[1:]
+        return Case(
+            label,
+            (n((*batch, sq, dk)), n((*batch, sk, dk)), n((*batch, sk, dv)), n((*batch, sq, dv))),
+        )
+
+    return [
+        case("seq_q=3, seq_k=5, d_k=4, d_v=2", (3, 5, 4, 2)),
+        case(
+            "seq_q=seq_k=4, d_k=3, d_v=2 (square scores, so a missing transpose runs)", (4, 4, 3, 2)
+        ),
+        case("batch=2: seq_q=2, seq_k=6, d_k=5, d_v=3", (2, 6, 5, 3), 2),
+        case("seq_q=1, seq_k=3, d_k=8, d_v=8", (1, 3, 8, 8)),
+    ]
+
+
+def _backward_hidden_cases() -> list[Case]:
+    label = "batch=2, n_heads=3: seq_q=5, seq_k=5, d_k=2, d_v=4"
+    return normal_cases(6007, (label, (2, 3, 5, 2), (2, 3, 5, 2), (2, 3, 5, 4), (2, 3, 5, 4)))
+
+
+def _bw_variant(*, correction=True, corr_axis=-1, scale=True, dk_t=True, dv_t=True):
+    """The backward pass with one step changed; the defaults give the correct function.
+
+    ``correction``: True (the full softmax Jacobian), False (its diagonal only), "col"
+    (the row sum Σ A·dA taken over queries — the same as ``corr_axis=-2``) or "unweighted"
+    (Σ dA instead of Σ A·dA).
+    """
+
+    def fn(q, k, v, d_out):
+        T = lambda x: np.swapaxes(x, -1, -2)  # noqa: E731
+        s = q @ T(k) / math.sqrt(q.shape[-1])
+        e = np.exp(s - s.max(axis=-1, keepdims=True))
+        A = e / e.sum(axis=-1, keepdims=True)
+        dv = (T(A) if dv_t else A) @ d_out
+        dA = d_out @ T(v)
+        axis = -2 if correction == "col" else corr_axis
+        dS = A * (dA - (A * dA).sum(axis=axis, keepdims=True)) if correction else A * dA
+        if correction == "unweighted":
+            dS = A * (dA - dA.sum(axis=-1, keepdims=True))
+        c = 1 / math.sqrt(q.shape[-1]) if scale else 1.0
+        dq = dS @ k * c
+        dk = (T(dS) if dk_t else dS) @ q * c
+        return dq, dk, dv
+
+    return fn
+
+
+def _fit_scaled(D, J, rel=1e-6, abs_=1e-10):
+    """(gamma, ok): D = gamma * J?"""
+    den = float((J * J).sum())
+    if den <= 1e-300:
+        return 0.0, False
+    g = float((D * J).sum()) / den
+    return g, abs(g) > 1e-9 and close(g * J, D, rel=rel, abs_=abs_)
+
+
+def _infer_backward(learner) -> list[Finding]:
+    """Recover what the learner multiplied by, from dv = ? @ d_out, dq = ? @ k, dk = ? @ q.
+
+    Square scores (seq_q = seq_k = 3) so that missing transposes run; d_k = 5 and d_v = 4
+    are wider, so k, q and d_out have full row rank and the factors are unique.
+    """
+    rng = np.random.default_rng(66)
+    seq, d_k, d_v = 3, 5, 4
+    q, k = rng.standard_normal((seq, d_k)), rng.standard_normal((seq, d_k))
+    v, d_out = rng.standard_normal((seq, d_v)), rng.standard_normal((seq, d_v))
+    o = learner(q, k, v, d_out)
+    if not o.ok or o.arity != 3 or any(x is None for x in o.parts):
+        return []
+    dq, dk, dv = o.parts
+    if dq.shape != q.shape or dk.shape != k.shape or dv.shape != v.shape:
+        return []
+    c = 1 / math.sqrt(d_k)
+    s = q @ k.T * c
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    A = e / e.sum(axis=-1, keepdims=True)
+    found = []
+    Y = dv @ np.linalg.pinv(d_out)  # dv = Y @ d_out: Y should be Aᵀ
+    rel, abs_ = tolerances(o.eps)
+    rel, abs_ = rel * 10, abs_ * 10  # pinv of well-conditioned 3 x 5 factors
+    if close(Y, A, rel=rel, abs_=abs_) and not close(Y, A.T, rel=rel, abs_=abs_):
+        found.append(
+            Finding(
+                "dv-not-transposed",
+                "with seq_q = seq_k = 3 your dv equals A @ d_out (rows of A, one per query), "
+                "not Aᵀ @ d_out.",
+            )
+        )
+    dA = d_out @ v.T
+    structures = (
+        ("full", A * (dA - (A * dA).sum(axis=-1, keepdims=True))),
+        ("diag", A * dA),
+        ("col", A * (dA - (A * dA).sum(axis=-2, keepdims=True))),
+        ("unweighted", A * (dA - dA.sum(axis=-1, keepdims=True))),
+    )
+    D = dq @ np.linalg.pinv(k)  # dq = D @ k: D should be dS / √d_k
+    X = dk @ np.linalg.pinv(q)  # dk = X @ q: X should be dSᵀ / √d_k
+    for name, J in structures:
+        g_q, ok_q = _fit_scaled(D, J, rel, abs_)
+        g_kt, ok_kt = _fit_scaled(X, J.T, rel, abs_)
+        g_kn, ok_kn = _fit_scaled(X, J, rel, abs_)
+        if not (ok_q or ok_kt or ok_kn):
+            continue
+        if name == "diag":
+            found.append(
+                Finding(
+                    "softmax-jacobian-diagonal-only",
+                    "your dq and dk are reproduced by dS = A ⊙ dA, without subtracting the "
+                    "row's Σ A·dA.",
+                )
+            )
+        elif name == "unweighted":
+            found.append(
+                Finding(
+                    "softmax-jacobian-unweighted",
+                    "your dq and dk are reproduced by dS = A ⊙ (dA − Σ_j dA): the row's "
+                    "correction is the plain sum of dA, not the weights' average Σ_j A·dA.",
+                )
+            )
+        elif name == "col":
+            found.append(
+                Finding(
+                    "softmax-jacobian-wrong-axis",
+                    "your dq and dk are reproduced by a correction Σ A·dA summed over the "
+                    "queries (axis -2).",
+                )
+            )
+        if ok_kn and not ok_kt:
+            found.append(
+                Finding(
+                    "dk-not-transposed",
+                    "with seq_q = seq_k = 3 your dk equals dS @ q · scale, not dSᵀ @ q · scale.",
+                )
+            )
+        unscaled = [
+            grad
+            for grad, g, ok in (("dq", g_q, ok_q), ("dk", g_kt, ok_kt), ("dk", g_kn, ok_kn))
+            if ok and abs(g - 1.0) < rel
+        ]
+        if unscaled:
+            found.append(
+                Finding(
+                    "backward-scale-missing",
+                    f"your {' and '.join(dict.fromkeys(unscaled))} come out as dS @ k (dSᵀ @ "
+                    f"q) times 1, not times 1/√d_k = {fmt(c)} (d_k = {d_k}).",
+                )
+            )
+        break
+    return found
+
+
+register(
+    Exercise(
+        name="attention_backward",
+        summary="attention_backward(q, k, v, d_out) -> (dq, dk, dv): the backward pass of "
+        "softmax(q kᵀ/√d_k) v",
+        reference=lambda q, k, v, d_out: _attention_backward(q, k, v, d_out),
+        make_cases=_backward_cases,
+        make_hidden_cases=_backward_hidden_cases,
+        rtol=1e-6,
+        atol=1e-9,
+        forbidden=("attnlib.backprop.attention_backward", "attnlib.backprop.projection_grads"),
+        infer=_infer_backward,
+        build=_bw_variant,
+        misconceptions=(
+            Misconception(
+                "softmax-jacobian-diagonal-only",
+                "dS = A ⊙ dA keeps only the diagonal of the softmax Jacobian. Every weight in "
+                "a row depends on every score of that row (they share the denominator): "
+                "subtract the row's weighted mean, dS = A ⊙ (dA − Σ_j A·dA).",
+                (_bw_variant(correction=False),),
+                {"correction": False},
+            ),
+            Misconception(
+                "softmax-jacobian-wrong-axis",
+                "The correction Σ A·dA is summed over queries (axis=-2). The softmax runs "
+                "over the keys of one query row, so sum over axis=-1 with keepdims=True.",
+                (_bw_variant(corr_axis=-2),),
+                {"correction": "col"},
+            ),
+            Misconception(
+                "softmax-jacobian-unweighted",
+                "The correction subtracts Σ_j dA_ij. It is the weighted average Σ_j A_ij "
+                "dA_ij: dS = A ⊙ (dA − (A * dA).sum(axis=-1, keepdims=True)).",
+                (_bw_variant(correction="unweighted"),),
+                {"correction": "unweighted"},
+            ),
+            Misconception(
+                "backward-scale-missing",
+                "dq and dk are missing the factor 1/√d_k. The forward pass multiplied the "
+                "scores by it, so the chain rule brings it back in both gradients.",
+                (_bw_variant(scale=False),),
+                {"scale": False},
+            ),
+            Misconception(
+                "dk-not-transposed",
+                "dk = dS @ q pairs queries with keys the wrong way round; it only runs when "
+                "seq_q == seq_k. Key j collects from every query i that scored it: "
+                "dk = dSᵀ @ q · scale, shape (..., seq_k, d_k).",
+                (_bw_variant(dk_t=False),),
+                {"dk_t": False},
+            ),
+            Misconception(
+                "dv-not-transposed",
+                "dv = A @ d_out; it only runs when seq_q == seq_k. Value j receives from "
+                "every query in proportion to its weight A[i, j]: dv = Aᵀ @ d_out.",
+                (_bw_variant(dv_t=False),),
+                {"dv_t": False},
+            ),
+        ),
+    )
+)
+
+
+# ----------------------------------------------------------------------------------------
+# weight_grads(x_q, x_kv, W_q, W_k, W_v, d_out) -> (dW_q, dW_k, dW_v), nn.Linear convention
+# ----------------------------------------------------------------------------------------
+
+
+def _wg_reference(x_q, x_kv, W_q, W_k, W_v, d_out):
+    """The oracle: torch autograd in float64 (no attnlib code on the way)."""
+
+    def t(a):
+        return torch.as_tensor(np.asarray(a), dtype=torch.float64)
+
+    Ws = [t(W).requires_grad_() for W in (W_q, W_k, W_v)]
+    q, k, v = t(x_q) @ Ws[0].T, t(x_kv) @ Ws[1].T, t(x_kv) @ Ws[2].T
+    w = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]), dim=-1)
+    (w @ v).backward(t(d_out))
+    return tuple(W.grad.numpy() for W in Ws)
+
+
+def _wg_cases() -> list[Case]:
+    # (batch, seq_q, seq_k, d_model, d_k, d_v): every size different in the first case
+    return normal_cases(
+        6016,
+        ("cross-attention: batch=2, seq_q=3, seq_k=5, d_model=6, d_k=4, d_v=2",
+         (2, 3, 6), (2, 5, 6), (4, 6), (4, 6), (2, 6), (2, 3, 2)),
+        ("batch=1, seq_q=seq_k=4, d_model=5, d_k=3, d_v=3",
+         (1, 4, 5), (1, 4, 5), (3, 5), (3, 5), (3, 5), (1, 4, 3)),
+        ("batch=3, seq_q=1, seq_k=4, d_model=4, d_k=2, d_v=5",
+         (3, 1, 4), (3, 4, 4), (2, 4), (2, 4), (5, 4), (3, 1, 5)),
+    )  # fmt: skip
+
+
+def _wg_hidden_cases() -> list[Case]:
+    return normal_cases(
+        6017,
+        ("hidden: batch=4, seq_q=6, seq_k=2, d_model=3, d_k=5, d_v=4",
+         (4, 6, 3), (4, 2, 3), (5, 3), (5, 3), (4, 3), (4, 6, 4)),
+        ("hidden: batch=2, seq_q=seq_k=3, d_model=7, d_k=2, d_v=1",
+         (2, 3, 7), (2, 3, 7), (2, 7), (2, 7), (1, 7), (2, 3, 1)),
+    )  # fmt: skip
+
+
+def _wg_build(*, convention="linear", q_input="q", kv_input="kv", batch="sum", scale=True):
+    """weight_grads with the given choices; the defaults give the correct function.
+
+    ``convention="math"`` returns X^T dK (d_model, d_k) instead of dKᵀ X; ``q_input="kv"``
+    takes dW_q from x_kv, ``kv_input="q"`` dW_k and dW_v from x_q; ``batch`` "sum" (right),
+    "mean", "first" or "last" (one batch element only: indexed [0], or a loop that overwrites
+    instead of adding); ``scale=False`` forgets 1/√d_k in dq and dk.
+    """
+
+    def fn(x_q, x_kv, W_q, W_k, W_v, d_out):
+        q, k, v = x_q @ W_q.T, x_kv @ W_k.T, x_kv @ W_v.T  # (batch, seq, d_k or d_v)
+        dq, dk, dv = _bw_variant(scale=scale)(q, k, v, d_out)
+
+        def grad(x, g):  # (batch, seq, d_model), (batch, seq, n) -> (n, d_model)
+            per = np.swapaxes(g, -1, -2) @ x  # (batch, n, d_model)
+            r = {"sum": per.sum(0), "mean": per.mean(0), "first": per[0], "last": per[-1]}[batch]
+            return r if convention == "linear" else r.T
+
+        x_for_q = x_q if q_input == "q" else x_kv
+        x_for_kv = x_kv if kv_input == "kv" else x_q
+        return grad(x_for_q, dq), grad(x_for_kv, dk), grad(x_for_kv, dv)
+
+    return fn
+
+
+_WG_CHOICES = {
+    "convention": ("linear", "math"),
+    "q_input": ("q", "kv"),
+    "kv_input": ("kv", "q"),
+    "batch": ("sum", "mean", "first", "last"),
+    "scale": (True, False),
+}
+
+
+def _infer_weight_grads(learner) -> list[Finding]:
+    """Which choices reproduce the learner's three gradients, on a probe where they differ.
+
+    seq_q = seq_k (so that gradients taken from the wrong input still run), batch = 2 (sum,
+    mean and first element differ), d_model = 5 ≠ d_k = 3 ≠ d_v = 2 (a transposed gradient
+    has another shape). Every combination of the choices is tried; exactly one must match,
+    or nothing is measured.
+    """
+    rng = np.random.default_rng(616)
+    batch, seq, d_model, d_k, d_v = 2, 4, 5, 3, 2
+    args = (
+        rng.standard_normal((batch, seq, d_model)), rng.standard_normal((batch, seq, d_model)),
+        rng.standard_normal((d_k, d_model)), rng.standard_normal((d_k, d_model)),
+        rng.standard_normal((d_v, d_model)), rng.standard_normal((batch, seq, d_v)),
+    )  # fmt: skip
+    o = learner(*args)
+    if not o.ok or o.arity != 3 or any(p is None for p in o.parts):
+        return []
+    rel, abs_ = tolerances(o.eps)
+    matches = []
+    keys = list(_WG_CHOICES)
+    for combo in itertools.product(*_WG_CHOICES.values()):
+        choice = dict(zip(keys, combo, strict=True))
+        want = _wg_build(**choice)(*args)
+        if all(close(g, w, rel, abs_) for g, w in zip(o.parts, want, strict=True)):
+            matches.append(choice)
+    if len(matches) != 1:
+        return []
+    c = matches[0]
+    found = []
+    if c["q_input"] == "kv":
+        found.append(
+            Finding(
+                "query-grad-from-kv-input",
+                "with seq_q = seq_k = 4 your dW_q equals dqᵀ @ x_kv: the chain rule went "
+                "back through the key/value input, not through x_q, which made the queries.",
+            )
+        )
+    if c["kv_input"] == "q":
+        found.append(
+            Finding(
+                "kv-grads-from-query-input",
+                "with seq_q = seq_k = 4 your dW_k and dW_v equal dkᵀ @ x_q and dvᵀ @ x_q: "
+                "the chain rule went back through x_q, but keys and values were made from x_kv.",
+            )
+        )
+    if c["convention"] == "math":
+        found.append(
+            Finding(
+                "weight-grad-transposed",
+                f"your dW_q has shape {o.parts[0].shape} = (d_model, d_k) and equals the "
+                f"transpose of the right gradient; W_q is stored as (d_k, d_model) = "
+                f"{(d_k, d_model)}.",
+            )
+        )
+    if c["batch"] == "mean":
+        found.append(
+            Finding(
+                "batch-mean",
+                f"with a batch of {batch} every gradient is 1/{batch} of the right one: the "
+                "contributions of the sentences were averaged, not added.",
+            )
+        )
+    elif c["batch"] in ("first", "last"):
+        which = 0 if c["batch"] == "first" else batch - 1
+        found.append(
+            Finding(
+                "batch-one-element",
+                f"with a batch of {batch} your gradients equal those of batch element {which} "
+                "alone: the other element contributed nothing.",
+            )
+        )
+    if not c["scale"]:
+        found.append(
+            Finding(
+                "backward-scale-missing",
+                f"your dW_q and dW_k are √d_k = {fmt(math.sqrt(d_k))} times the right ones "
+                "(d_k = 3), dW_v is right: dq and dk lack the factor 1/√d_k.",
+            )
+        )
+    return found
+
+
+register(
+    Exercise(
+        name="weight_grads",
+        summary="weight_grads(x_q, x_kv, W_q, W_k, W_v, d_out) -> (dW_q, dW_k, dW_v): the "
+        "gradients reaching nn.Linear-style projection weights",
+        reference=_wg_reference,
+        make_cases=_wg_cases,
+        make_hidden_cases=_wg_hidden_cases,
+        rtol=1e-6,
+        atol=1e-9,
+        forbidden=("attnlib.backprop.projection_grads",),  # attention_backward is fair game (6.1)
+        infer=_infer_weight_grads,
+        build=_wg_build,
+        misconceptions=(
+            Misconception(
+                "query-grad-from-kv-input",
+                "dW_q is taken from x_kv. The queries were made from x_q (q = x_q @ W_qᵀ), so "
+                "the chain rule goes back through x_q: dW_q = Σ_batch dqᵀ @ x_q. In "
+                "cross-attention the two inputs differ (and seq_q ≠ seq_k).",
+                (_wg_build(q_input="kv"),),
+                {"q_input": "kv"},
+            ),
+            Misconception(
+                "kv-grads-from-query-input",
+                "dW_k and dW_v are taken from x_q. Keys and values were made from x_kv, so "
+                "dW_k = Σ_batch dkᵀ @ x_kv and dW_v = Σ_batch dvᵀ @ x_kv.",
+                (_wg_build(kv_input="q"),),
+                {"kv_input": "q"},
+            ),
+            Misconception(
+                "weight-grad-transposed",
+                "The gradients have the math-convention shape (d_model, d_k). The weights "
+                "are stored like nn.Linear's, (out_features, in_features), with k = x @ W_kᵀ: "
+                "the gradient has the weight's shape, dW_k = dkᵀ @ x (summed over the batch).",
+                (_wg_build(convention="math"),),
+                {"convention": "math"},
+            ),
+            Misconception(
+                "batch-mean",
+                "The gradients are averaged over the batch. The loss adds the contributions "
+                "of all sentences, and one weight matrix serves them all: sum over the batch.",
+                (_wg_build(batch="mean"),),
+                {"batch": "mean"},
+            ),
+            Misconception(
+                "batch-one-element",
+                "Only one batch element contributes (indexing [0], or a loop that overwrites "
+                "dW_k instead of adding to it). Every sentence of the batch uses the same "
+                "weights, so each adds its own dkᵀ @ x to dW_k: sum over the whole batch.",
+                (_wg_build(batch="first"), _wg_build(batch="last")),
+                {"batch": "last"},
+            ),
+            Misconception(
+                "backward-scale-missing",
+                "dq and dk are missing the factor 1/√d_k of the forward pass, so dW_q and dW_k "
+                "are √d_k too large (dW_v is right). Your attention_backward from Exercise 6.1 "
+                "has it.",
+                (_wg_build(scale=False),),
+                {"scale": False},
+            ),
+        ),
+    )
+)
