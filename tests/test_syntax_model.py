@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from reproduce import assert_log_reproduced
 
 from attnlib.tasks import corpus
 from attnlib.tasks import syntax as sm
@@ -170,7 +171,27 @@ def test_bad_input_is_refused(model, test_data):
         sm.load_model("/nonexistent/weights.pt")
 
 
+# In `make test`: the first steps of the run the shipped weights came from (the same code,
+# seed and batches, Adam at a constant learning rate: a prefix of the full run) retrace the
+# shipped log, loss and batch accuracy at every step. The whole run is below, in
+# `make test-regenerate` (the second CI stage).
+SHORT_STEPS = 60
+
+
+def test_a_short_run_retraces_the_start_of_the_shipped_log(tmp_path):
+    from attnlib.training import torch_threads
+
+    with torch_threads(1):
+        _, history = sm.train_model(steps=SHORT_STEPS, progress=False)
+    sm.write_log(history, tmp_path / "log.tsv")
+    fresh = (tmp_path / "log.tsv").read_text(encoding="utf-8").splitlines()
+    shipped = sm.LOG_PATH.read_text(encoding="utf-8").splitlines()
+    assert len(shipped) == sm.TRAIN_STEPS + 1 and len(fresh) == SHORT_STEPS + 1
+    assert_log_reproduced(fresh, shipped[: SHORT_STEPS + 1])
+
+
 @pytest.mark.slow
+@pytest.mark.regenerate
 def test_training_command_reproduces_the_stated_accuracy(tmp_path, python):
     out = tmp_path / "w.pt"
     res = subprocess.run(
@@ -187,6 +208,8 @@ def test_training_command_reproduces_the_stated_accuracy(tmp_path, python):
     trained = sm.load_model(out)
     _, test = sm.split(sm.encode(corpus.load_corpus()))
     assert sm.accuracy(trained, test) == acc
+    fresh_log = (tmp_path / sm.LOG_PATH.name).read_text(encoding="utf-8").splitlines()
+    assert_log_reproduced(fresh_log, sm.LOG_PATH.read_text(encoding="utf-8").splitlines())
 
 
 def test_plots_draw_the_data_they_are_given():

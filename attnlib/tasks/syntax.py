@@ -42,6 +42,8 @@ from attnlib.training import History, torch_threads, train
 
 __all__ = [
     "WEIGHTS_PATH",
+    "LOG_PATH",
+    "write_log",
     "SPECIALS",
     "Encoded",
     "SyntaxModel",
@@ -61,6 +63,8 @@ __all__ = [
 ]
 
 WEIGHTS_PATH = data_file("syntax_model.pt")
+LOG_PATH = data_file("syntax_log.tsv")  # the training run's loss and batch accuracy per step
+LOG_COLUMNS = ("step", "loss", "accuracy")
 SPECIALS = ("[PAD]", "[V]")
 N_TRAIN = 2400  # sentences 0..2399 train, the rest are held out
 CONFIG = {"d_model": 32, "n_heads": 4, "n_heads_1": 4, "max_len": 16}
@@ -288,6 +292,14 @@ def train_model(
     return model.eval(), history
 
 
+def write_log(history: History, path: str | Path) -> None:
+    """The training log as tab-separated text: one line per step, numbers to 4 decimals."""
+    lines = ["\t".join(LOG_COLUMNS)]
+    for i, (loss, acc) in enumerate(zip(history["loss"], history["accuracy"], strict=True)):
+        lines.append(f"{i}\t{float(loss):.4f}\t{float(acc):.4f}")
+    Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
 def load_model(path: str | Path = WEIGHTS_PATH) -> SyntaxModel:
     """The trained model shipped in ``data/`` (see ``data/README.md`` to retrain it)."""
     path = Path(path)
@@ -457,6 +469,9 @@ def _main(argv=None) -> None:
     parser.add_argument("--train", action="store_true", help="train and save the weights")
     parser.add_argument("--out", default=str(WEIGHTS_PATH), help="where to save the weights")
     parser.add_argument("--steps", type=int, default=TRAIN_STEPS)
+    parser.add_argument(
+        "--log", default=None, help="where to write the training log (default: beside --out)"
+    )
     args = parser.parse_args(argv)
     if not args.train:
         parser.error("nothing to do: pass --train")
@@ -466,7 +481,9 @@ def _main(argv=None) -> None:
         acc, hard = accuracy(model, test), accuracy(model, test.subset(test.hard))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     torch.save(model.state_dict(), args.out)
-    print(f"held-out accuracy {acc:.3f} (hard cases {hard:.3f}); saved {args.out}")
+    log = Path(args.log) if args.log else Path(args.out).parent / LOG_PATH.name
+    write_log(history, log)
+    print(f"held-out accuracy {acc:.3f} (hard cases {hard:.3f}); saved {args.out} and {log}")
     assert math.isfinite(history.last("loss"))
 
 
