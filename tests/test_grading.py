@@ -99,9 +99,9 @@ NAMED = {
 
 
 class _HostileCourse(EveryCourse):
-    """tests/hostile.py on the first fixture lesson, in two courses of about equal size: A
+    """tests/hostile.py on the first fixture lesson, in three courses of about equal cost: A
     has the honest controls, the students the tests below name and a third of the rest,
-    graded two at a time (autograde's parallel path); B the other two thirds, one at a time."""
+    graded two at a time (autograde's parallel path); B and C a third each, one at a time."""
 
     part = "A"
 
@@ -109,7 +109,8 @@ class _HostileCourse(EveryCourse):
     def hostile(cls):
         named = [s for s in HOSTILE if s.student in NAMED]
         rest = [s for s in HOSTILE if s.student not in NAMED]
-        return named + rest[0::3] if cls.part == "A" else [*rest[1::3], *rest[2::3]]
+        third = {"A": rest[0::3], "B": rest[1::3], "C": rest[2::3]}[cls.part]
+        return named + third if cls.part == "A" else third
 
     @classmethod
     def honest(cls):
@@ -249,6 +250,10 @@ class TestHostileB(_HostileCourse):
 
 class TestLessonShard1(_LessonShard):
     shard = 1
+
+
+class TestHostileC(_HostileCourse):
+    part = "C"
 
 
 class TestLessonShard2(_LessonShard):
