@@ -287,6 +287,20 @@ def check_ndim(
         raise ValueError(f"{fn}: {B.describe(name, x)} needs at least {min_ndim} {dims}{tail}")
 
 
+def check_layer_input(fn: str, x: Any, weight: torch.Tensor) -> None:
+    """``x`` is a float torch tensor (batch, seq_new, d_model) with the dtype and input width
+    of the layer whose input projection has ``weight`` (d_out, d_model)."""
+    check_array(fn, "x", x, only="torch")
+    check_ndim(fn, "x", x, ndim=3, doc="(batch, seq_new, d_model)")
+    as_float_array(fn, "x", x)
+    d_model, dtype = weight.shape[-1], weight.dtype
+    if x.shape[-1] != d_model or x.dtype != dtype:
+        raise ValueError(
+            f"{fn}: {B.describe('x', x)} must be (batch, seq_new, d_model={d_model}) of "
+            f"the weights' dtype {dtype}"
+        )
+
+
 def as_float_array(fn: str, name: str, x: Any, *, allow_int: bool = False, only: str | None = None):
     """``x`` if it is a floating-point array or tensor (``TypeError`` otherwise). With
     ``allow_int`` an integer one is converted to float (torch's default dtype / float64)."""

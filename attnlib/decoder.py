@@ -19,13 +19,12 @@ from torch.nn import functional as F
 
 from attnlib import _backend as B
 from attnlib._validate import (
-    as_float_array,
     check_array,
     check_decoder_input,
     check_head_counts,
     check_instance,
     check_int,
-    check_ndim,
+    check_layer_input,
     validated,
 )
 from attnlib.heads import merge_heads, split_heads
@@ -143,15 +142,8 @@ class CausalSelfAttention(nn.Module):
 
     def _check_forward(self, x, cache=None, *, kv=None, return_kv=False) -> None:
         fn = "CausalSelfAttention"
-        check_array(fn, "x", x, only="torch")
-        check_ndim(fn, "x", x, ndim=3, doc="(batch, seq_new, d_model)")
-        as_float_array(fn, "x", x)
-        d_model, dtype = self.W_q.in_features, self.W_q.weight.dtype
-        if x.shape[-1] != d_model or x.dtype != dtype:
-            raise ValueError(
-                f"{fn}: {B.describe('x', x)} must be (batch, seq_new, d_model={d_model}) of "
-                f"the weights' dtype {dtype}"
-            )
+        check_layer_input(fn, x, self.W_q.weight)
+        dtype = self.W_q.weight.dtype
         if kv is None and self.W_k is None:
             raise ValueError(f"{fn}: this layer shares K/V (own_kv=False); pass kv")
         if kv is not None:

@@ -36,9 +36,9 @@ from torch import nn
 from attnlib import _backend as B
 from attnlib._validate import (
     as_float_array,
-    check_array,
     check_cache_step,
     check_int,
+    check_layer_input,
     check_ndim,
     check_number,
     same_kind_and_dtype,
@@ -365,15 +365,8 @@ class LatentAttention(nn.Module):
 
     def _check_forward(self, x, cache=None, *, absorbed=False) -> None:
         fn = "LatentAttention"
-        check_array(fn, "x", x, only="torch")
-        check_ndim(fn, "x", x, ndim=3, doc="(batch, seq_new, d_model)")
-        as_float_array(fn, "x", x)
-        d_model, dtype = self.W_q.in_features, self.W_q.weight.dtype
-        if x.shape[-1] != d_model or x.dtype != dtype:
-            raise ValueError(
-                f"{fn}: {B.describe('x', x)} must be (batch, seq_new, d_model={d_model}) of "
-                f"the weights' dtype {dtype}"
-            )
+        check_layer_input(fn, x, self.W_q.weight)
+        dtype = self.W_q.weight.dtype
         if cache is not None and not isinstance(cache, LatentCache):
             raise TypeError(f"{fn}: cache must be a LatentCache or None, got {B.type_name(cache)}")
         if cache is not None:

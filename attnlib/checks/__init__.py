@@ -65,27 +65,7 @@ __all__ = [
 # Every exercise module registers its exercises in _core when it is imported: each is
 # imported here by name (tests/test_layout.py checks that none is missing), so that the
 # import graph shows them.
-from attnlib.checks import (  # noqa: E402
-    ex_attention,
-    ex_backprop,
-    ex_blockwise,
-    ex_decoding,
-    ex_fewer_keys,
-    ex_heads,
-    ex_induction,
-    ex_keys_values,
-    ex_latent,
-    ex_masks,
-    ex_mha,
-    ex_positions,
-    ex_projections,
-    ex_relevance,
-    ex_scaling,
-    ex_syntax,
-    ex_welcome,
-)
-
-_EXERCISE_MODULES = (
+from attnlib.checks import (  # noqa: E402, F401 - imported to register their exercises
     ex_attention,
     ex_backprop,
     ex_blockwise,
