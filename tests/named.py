@@ -52,3 +52,17 @@ def assert_correct(name: str, fn) -> None:
     with contextlib.redirect_stdout(out):
         checks.check(name, fn)
     assert out.getvalue().startswith(f"✔ {name}: correct")
+
+
+def grader_check_hidden(name: str, fn) -> None:
+    """``check_hidden`` as the grader judges it: ``fn`` observed on the hidden cases, then
+    judged in this process, which holds the grader's answer keys (tests/conftest.py).
+    Raises AssertionError with the grader's message when the verdict is not ok."""
+    from attnlib.checks import grading
+    from attnlib.checks.protocol import judge_observation, refused_calls
+
+    cases = [(c.args, c.kwargs) for c in get_exercise(name).cases(hidden=True)]
+    observed = grading.observe(fn, cases, grading._Watch(refused_calls(name)))
+    verdict = judge_observation(name, observed)
+    if not verdict.ok:
+        raise AssertionError(verdict.message)

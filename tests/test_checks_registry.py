@@ -21,10 +21,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from named import grader_check_hidden
 
 from attnlib import checks
 from attnlib.checks import get_exercise
 from attnlib.checks.grading import REFERENCE_TAG
+
+# What check_hidden says in a kernel without the grader's answer key.
+KEYED_LINE = "your answers are judged by the grader when you hand the notebook in"
 
 # (exercise, misconception id) -> the ids diagnose() may return for its variants, when a
 # variant is, by construction, also another known mistake. Empty: none needed so far.
@@ -167,6 +171,11 @@ def test_reference_is_clean_and_check_prints_one_line(name, capsys):
 def test_hidden_check_accepts_the_reference_or_names_the_reference_call(name, capsys):
     # A reference that calls attnlib is itself "a solution calling the reference" to the
     # hidden check; any other failure would be a broken hidden case.
+    if get_exercise(name).key_installed is not None:  # judged with the grader's key
+        checks.check_hidden(name, get_exercise(name).reference)  # a kernel cannot judge it
+        assert capsys.readouterr().out == f"{name}: {KEYED_LINE}\n"
+        grader_check_hidden(name, get_exercise(name).reference)
+        return
     try:
         checks.check_hidden(name, get_exercise(name).reference)
     except AssertionError as err:
@@ -260,6 +269,7 @@ def test_check_on_variant_names_the_misconception_and_explains_it(
 
 @pytest.mark.parametrize(("name", "mid", "index", "variant"), VARIANTS)
 def test_hidden_check_fails_the_variant(name, mid, index, variant):
+    keyed = get_exercise(name).key_installed is not None  # judged by the grader only
     with pytest.raises(AssertionError, match="hidden tests failed") as err:
-        checks.check_hidden(name, variant)
+        (grader_check_hidden if keyed else checks.check_hidden)(name, variant)
     assert mid in str(err.value)

@@ -150,6 +150,10 @@ class Exercise:
     # the answer, so ``check`` in the lesson judges nothing and answers cannot be found by
     # trial and error; only the hidden cases (the grader's) judge the answers.
     blind: bool = False
+    # An exercise judged against an answer key only the grader holds (lesson 05's
+    # statements): ``key_installed()`` says whether this process has the key. Without it
+    # the exercise can be recorded but not judged (see attnlib.checks.grading.verify).
+    key_installed: Callable[[], bool] | None = None
 
     def cases(self, *, hidden: bool = False) -> list[Case]:
         cases = list(self.make_cases())
@@ -283,6 +287,7 @@ def part(
         part_of=whole.name,
         outputs=None if outputs is None else tuple(outputs),
         blind=whole.blind,
+        key_installed=whole.key_installed,
     )
 
 
@@ -645,6 +650,11 @@ def run(exercise: str, fn: Callable, *, hidden: bool = False, infer: bool = True
     ex = get_exercise(exercise)
     if not callable(fn):
         raise TypeError(f"check({exercise!r}, fn): fn must be a function, got {type_name(fn)}")
+    if hidden and ex.key_installed is not None and not ex.key_installed():
+        raise LookupError(
+            f"{exercise}: the answers are judged against a key only the grader holds, and it "
+            "is not in this kernel; the grader judges them when the notebook is handed in"
+        )
     cases = ex.cases(hidden=hidden)
     expected = [_call(ex.reference, c) for c in cases]
     stderr: list[str] = []

@@ -7,16 +7,15 @@
   Four graded parts (:data:`PARTS`, two statements each, one point each) are judged by the
   grader only (hidden cases, :func:`answers`); the lesson's own cells check the format and
   judge nothing (:func:`recorded`), so answers cannot be found by trial and error. The
-  module holds salted digests of the answers, not the answers; the lesson measures every
-  statement and asserts that the measurements agree with them (:func:`agrees_with_key`).
+  answer key is not here: it is the grader's (``attnlib/course/grader/answer_keys.py``,
+  which the sandbox hides from every graded kernel) and reaches this registry only in the
+  grader's own process (:func:`install_answer_key`); the lesson measures every statement.
 
 Lesson 06's exercises are in :mod:`attnlib.checks.ex_backprop`, lesson 07's
 ``mha_by_hand`` in :mod:`attnlib.checks.ex_mha`.
 """
 
 from __future__ import annotations
-
-import hashlib
 
 import numpy as np
 
@@ -206,8 +205,8 @@ register(
 
 #: The statements the learner marks true or false before any head is trained (lesson 05
 #: lists them in this order). Each can be reasoned out from how the three heads are wired;
-#: each is measured in the lesson (section 7), which asserts that the measurement agrees
-#: with the answer key (:func:`agrees_with_key`).
+#: each is measured in the lesson (section 7); tests/test_kv_prediction.py holds the
+#: grader's key to those measurements.
 STATEMENTS = (
     "1. the uniform control does better than chance (1/8)",
     "2. given enough training, the uniform control could reach 95 % accuracy",
@@ -230,41 +229,42 @@ PARTS = {
     "kv_prediction_width": (7, 8),
 }
 
-# The answer key holds no answers, only salted SHA-256 digests of them: statement s answered
-# a is the digest of "<salt>/<s>/<true|false>" (first 16 bytes). A learner's kernel loads
-# this module, so it must not be able to import the answers; a grade compares digests.
-# (Two answers per statement: anyone who reads this file can still try both. What stops
-# trial and error is that nothing in the lesson judges the answers before hand-in: the
-# visible cases check only the format, the judged cases are hidden — see `answers`.)
-_SALT = "key-vectors/05/kv_prediction/v1"
-_KEY = {
-    1: "961127d5e816ca00b1e7a4a76bd7cd01",
-    2: "7ed5d2ae62ff4575a302d58ce6184b52",
-    3: "a9c518a18abea877498e858f42b8dac3",
-    4: "a163b0999df7ea3e875d91f732dbe51c",
-    5: "333498da17a4c5be6204105397003e39",
-    6: "02ea470cfa9ef7f7f8cdfe46d686f451",
-    7: "1a9cd77817b1b07f7b2d6d0b7766a876",
-    8: "0842d40daf7e571b94404e6eb26e6951",
-}
+# The answer key is not in this module, which every learner's kernel loads: the grader
+# holds it (attnlib/course/grader/answer_keys.py, hidden from graded kernels by the
+# sandbox) and installs it into its own process's registry before judging. A kernel
+# without the key can record answers but not judge them. (What stops trial and error in
+# the lesson is that nothing there judges the answers: the visible cases check only the
+# format; the judged cases are hidden, and judged outside the kernel — see `answers`.)
+_ANSWER_KEY: dict[int, bool] = {}
 
 
-def _digest(statement: int, answer: bool) -> np.ndarray:
-    """The salted digest of one answer: uint8 array of shape (16,)."""
-    text = f"{_SALT}/{statement}/{'true' if answer else 'false'}"
-    return np.frombuffer(hashlib.sha256(text.encode()).digest()[:16], dtype=np.uint8).copy()
+def install_answer_key(key) -> None:
+    """Give this process the answer key: ``{statement: bool}`` for statements 1-8.
+
+    The grader calls it (:mod:`attnlib.course.grader.answer_keys`); a learner's kernel
+    never has the key, so it can record answers (:func:`answers`) but not judge them.
+    """
+    if sorted(key) != list(range(1, len(STATEMENTS) + 1)):
+        n = len(STATEMENTS)
+        raise ValueError(f"install_answer_key: expected statements 1-{n}, got {sorted(key)}")
+    if not all(type(v) is bool for v in key.values()):
+        raise TypeError("install_answer_key: every answer must be a bool")
+    _ANSWER_KEY.clear()
+    _ANSWER_KEY.update(key)
+
+
+def has_answer_key() -> bool:
+    """Can this process judge the statements (has the grader installed the key)?"""
+    return len(_ANSWER_KEY) == len(STATEMENTS)
 
 
 def _keyed(statement: int) -> np.ndarray:
-    return np.frombuffer(bytes.fromhex(_KEY[statement]), dtype=np.uint8).copy()
-
-
-def agrees_with_key(measured) -> bool:
-    """Do eight booleans (statement 1 first) agree with the answer key, statement by statement?"""
-    values = [bool(m) for m in measured]
-    if len(values) != len(STATEMENTS):
-        raise ValueError(f"agrees_with_key: expected {len(STATEMENTS)} answers, got {len(values)}")
-    return all(np.array_equal(_digest(s, a), _keyed(s)) for s, a in enumerate(values, start=1))
+    if statement not in _ANSWER_KEY:
+        raise LookupError(
+            f"kv_prediction: the answer to statement {statement} is not in this kernel; the "
+            "grader judges the statements when the notebook is handed in"
+        )
+    return np.array([_ANSWER_KEY[statement]])
 
 
 # statement -> (misconception id, explanation). An explanation is read after grading, but it
@@ -336,15 +336,15 @@ def answers(prediction):
     ``answer("format", s)`` is ``array([True])`` when ``prediction()`` is a bool array of
     shape (8,) (and raises a clear error otherwise): the visible cases check only that, so
     a check in the lesson says nothing about whether an answer is right.
-    ``answer("judge", s)`` is the salted digest of the answer to statement ``s``: only the
-    hidden cases (run by the grader) compare it with the key.
+    ``answer("judge", s)`` is the answer to statement ``s`` as ``array([bool])``: only the
+    hidden cases, judged by the grader with its key, compare it with the key.
     """
 
     def answer(kind, statement):
         got = _prediction(prediction)
         if kind == "format":
             return np.array([True])
-        return _digest(statement, bool(got[statement - 1]))
+        return np.array([bool(got[statement - 1])])
 
     return answer
 
@@ -382,8 +382,7 @@ def _answer_with(**flip):
     def answer(kind, statement):
         if kind == "format" or statement not in wrong:
             return _reference(kind, statement)
-        other = [_digest(statement, a) for a in (True, False)]
-        return next(d for d in other if not np.array_equal(d, _keyed(statement)))
+        return ~_keyed(statement)
 
     return answer
 
@@ -411,6 +410,7 @@ _WHOLE = register(
         make_hidden_cases=_prediction_hidden_cases(_ALL),
         exact=True,
         blind=True,
+        key_installed=has_answer_key,
         misconceptions=tuple(
             Misconception(_WHY[s][0], _WHY[s][1], (_answer_with(**{f"flip_{s}": True}),))
             for s in _ALL

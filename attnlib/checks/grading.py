@@ -477,7 +477,9 @@ def verify(exercise: str, fn: Callable) -> None:
     """The hidden test of one exercise: silent when right, AssertionError when not.
 
     Under the autograder it only records ``fn``'s outputs for the grader (see the module
-    docstring) and never raises: the grader decides.
+    docstring) and never raises: the grader decides. An exercise judged against a key only
+    the grader holds (``Exercise.key_installed``) cannot be judged here: it says so in one
+    line (the format was checked by the visible cell).
     """
     exchange = exchange_folder()
     if exchange is not None:
@@ -487,6 +489,10 @@ def verify(exercise: str, fn: Callable) -> None:
     if problems:
         raise tamper_error(exercise, problems)
     core = fresh_core()
+    keyed = core.get_exercise(exercise).key_installed
+    if keyed is not None and not keyed():  # the key is the grader's: record, do not judge
+        print(f"{exercise}: your answers are judged by the grader when you hand the notebook in")
+        return
     cases = [(c.args, c.kwargs) for c in core.get_exercise(exercise).cases(hidden=True)]
     obs = observe(fn, cases, _Watch(refused_calls(exercise, core), core.import_fresh))
     obs.tampering += tampering()

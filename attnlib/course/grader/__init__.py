@@ -3,6 +3,7 @@
 One concern per module; the arrows are the only imports between them::
 
     cli ──> autograde ──> execution ──> judging ──> sandbox
+               │    │                    └────> answer_keys
                │    └───> audit ──> audit_rules
                └────────> export ──> course
     (execution, judging and audit also read attnlib.checks.protocol: the contract with
@@ -18,6 +19,9 @@ One concern per module; the arrows are the only imports between them::
   ``StderrIsNotFailure``, ``ShortenHiddenTracebacks``, ``results_are_not_scores``.
 * :mod:`~attnlib.course.grader.judging` — the grader's side of the exchange: inputs out,
   outputs read back as plain data (never through a link) and compared with the reference.
+* :mod:`~attnlib.course.grader.answer_keys` — the keys of exercises whose answer is a
+  choice (lesson 05's true/false statements): held only here, installed into the
+  grader's process; the sandbox hides this package from every kernel.
 * :mod:`~attnlib.course.grader.audit` (with :mod:`~attnlib.course.grader.audit_rules`) —
   the source audit of every learner cell, linear in the notebook's size.
 * :mod:`~attnlib.course.grader.autograde` — the class run: workers, the gradebook lock,

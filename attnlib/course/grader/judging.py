@@ -39,9 +39,12 @@ from attnlib.checks.protocol import (
     judge_observation,
     refused_calls,
 )
+from attnlib.course.grader import answer_keys
 from attnlib.course.grader.sandbox import remove_tree
 
 _ndarray = np.ndarray
+# The keys of the exercises whose answer is a choice live only here, in the grader's process.
+answer_keys.install()
 # Grader side: the seed of the hidden cases last written for (exchange folder, exercise).
 _SEEDS: dict[tuple[str, str], int] = {}
 

@@ -14,6 +14,7 @@ and :func:`command` wraps the kernel's argv (``python -m ipykernel_launcher -f .
           --unshare-cgroup-try --clearenv
           --ro-bind /usr /usr  (+ /lib, /lib64, /bin as in the host)  --proc /proc --dev /dev
           --ro-bind <python installation> --ro-bind <venv> --ro-bind <attnlib> --ro-bind <data>
+          --tmpfs <attnlib>/course/grader --remount-ro (the grader wing: an empty folder)
           --size 512MiB --tmpfs /tmp     --ro-bind <root> <root>  --chdir <root>/work
           --bind <root>/work, <root>/run, <root>/exchange/out (each onto itself)
           -- python -I -S -c LAUNCHER --uid 64000+slot --as 6GiB --cpu 900 ... -- <kernel argv>
@@ -21,7 +22,8 @@ and :func:`command` wraps the kernel's argv (``python -m ipykernel_launcher -f .
 What the kernel then sees and can do:
 
 * **Files**: the system's /usr, the Python installation, the venv and the course package
-  (attnlib and its data) — all read-only; its own folder; a private /tmp. Nothing else of
+  (attnlib and its data) — all read-only, with the grader wing (this package, and with it
+  the answer keys) replaced by an empty folder; its own folder; a private /tmp. Nothing else of
   the course folder exists in its world: no gradebook.db, no submitted/, autograded/,
   feedback/, other learners, or the repository's other files. The course package is
   bound read-only, so no bytecode (``__pycache__``) can be written where another kernel
@@ -494,6 +496,10 @@ def command(
     ]
     for p in ro:
         cmd += ["--ro-bind", str(p), str(p)]
+    # The grader wing, answer keys included, is not the kernel's to read: an empty,
+    # read-only folder in its place (attnlib.course.grader.answer_keys).
+    wing = str(Path(__file__).resolve().parent)
+    cmd += ["--perms", "0555", "--tmpfs", wing, "--remount-ro", wing]
     # The kernel may write in work/, run/ and exchange/out/ only, and none of the three can
     # be renamed or replaced from inside (each is a mount point in a read-only parent): the
     # grader, which reads and clears them as the staff user when grading is not run as

@@ -1,0 +1,45 @@
+"""Answer keys the grader keeps to itself: exercises whose answer is a choice, not a function.
+
+Most exercises are judged against a reference *function* (the learner's output is compared
+with the reference's on cases drawn by the grader), which the learner's kernel may hold:
+seeing the reference answers nothing about the hidden cases. Lesson 05's true/false
+statements (Exercise 5.2, ``kv_prediction``) are different: the answer *is* the key, one
+bit per statement, so the key must not be anywhere a learner's kernel can read it.
+
+It lives here, in the grader wing, and nowhere else:
+
+* the kernel side (:mod:`attnlib.checks.ex_keys_values`) registers the exercise without
+  it: the visible cells check the format only, the hidden cells record the answers;
+* the sandbox hides this whole package from every graded kernel (an empty, read-only
+  folder in its place: :func:`attnlib.course.grader.sandbox.bwrap_command`);
+* the grader installs the key into its own process before judging
+  (:mod:`attnlib.course.grader.judging` calls :func:`install` on import).
+
+A learner's server on a class hub should be built without ``attnlib/course/grader`` (the
+staff image has it); a learner working alone with the whole repository has the
+instructor lessons, and with them every solution, anyway.
+
+The key agrees with lesson 05's own measurements (section 7):
+``tests/test_kv_prediction.py`` reads them from the lesson's stored outputs.
+"""
+
+from __future__ import annotations
+
+from attnlib.checks import ex_keys_values
+
+#: Exercise 5.2: statement -> true or false, as lesson 05 section 7 measures them.
+KV_PREDICTION: dict[int, bool] = {
+    1: True,
+    2: False,
+    3: True,
+    4: False,
+    5: False,
+    6: True,
+    7: True,
+    8: False,
+}
+
+
+def install() -> None:
+    """Install every answer key into this process's exercise registry (the grader's)."""
+    ex_keys_values.install_answer_key(KV_PREDICTION)
