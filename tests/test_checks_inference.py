@@ -917,8 +917,7 @@ def test_nonsense_is_not_given_a_classic_mistake(name):
                 fn.__name__,
                 report.misconceptions,
             )
-    with pytest.raises(AssertionError, match="not written yet"):
-        checks.check(name, _nonsense()[3])
+    checks.check(name, _nonsense()[3])  # the stub: one line, no error
 
 
 def test_a_check_of_several_mistakes_stays_well_under_a_second():

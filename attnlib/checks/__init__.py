@@ -2,7 +2,10 @@
 
 ``check(exercise, fn)`` runs a learner's function on fixed and random cases against the
 reference. When it is right it prints one short line; when it is wrong it raises
-``AssertionError`` whose message names the probable misconception and how to fix it.
+``AssertionError`` whose message names the probable misconception and how to fix it; when
+it is not written yet it says so in one line and the lesson goes on. The cells after an
+exercise call ``yours_or_reference(exercise, fn)``: the learner's function once written,
+the course's version (with a one-line note) until then.
 ``diagnose(exercise, fn)`` returns the identifiers of the misconceptions the function's
 behaviour matches (empty for a correct function).
 
@@ -59,6 +62,7 @@ __all__ = [
     "register",
     "result_line",
     "run",
+    "yours_or_reference",
 ]
 
 
@@ -107,7 +111,7 @@ def _stderr_note(report: Report) -> str:
 
 
 def check(exercise: str, fn: Callable) -> None:
-    """Check a learner's function; print one line if right, raise AssertionError if not.
+    """Check a learner's function; print one line if right or not written yet, else raise.
 
     Parameters
     ----------
@@ -122,7 +126,9 @@ def check(exercise: str, fn: Callable) -> None:
     ------
     AssertionError
         When ``fn`` disagrees with the reference on some case. The message names the case,
-        what differed, and the probable misconception(s) with their explanation.
+        what differed, and the probable misconception(s) with their explanation. A function
+        that only raises ``NotImplementedError`` (the unwritten stub) is not an error: one
+        line says it is not written yet, so that Run All reaches the end of the lesson.
     """
     report = run(exercise, fn)
     name = get_exercise(exercise).name
@@ -148,10 +154,13 @@ def check(exercise: str, fn: Callable) -> None:
             f"Write the computation yourself — the point is to build it."
         )
     if "raised NotImplementedError" in report.first_failure and not report.misconceptions:
-        raise AssertionError(
+        # One line and no error: Run All goes on to the end of the lesson (the cells after
+        # an exercise say what they use in its place). The grade is the grader's either way.
+        print(
             f"✘ {name}: not written yet — replace `raise NotImplementedError()` in the cell "
             f"above with your code, run that cell, then this one."
         )
+        return
     lines = [f"✘ {name}: {report.first_failure}"]
     whole = get_exercise(exercise).part_of
     if whole is not None:
@@ -193,3 +202,51 @@ def check_hidden(exercise: str, fn: Callable) -> None:
     from attnlib.checks import grading
 
     grading.verify(exercise, fn)
+
+
+def yours_or_reference(exercise: str, fn: Callable) -> Callable:
+    """The learner's function once it is written, else the course's version, said in a line.
+
+    The cells after an exercise use it where they need the exercise's function, so that
+    Run All reaches the end of a lesson before every exercise is solved. "Written" means
+    ``fn`` does not raise ``NotImplementedError`` on the exercise's first case; a function
+    that is written but wrong is used as it is (its results are yours to inspect).
+    Grading never sees this: the grader judges the function the exercise's own cells hand
+    in, and a solution that calls the course's version earns nothing.
+
+    Parameters
+    ----------
+    exercise : str
+        The exercise's name, e.g. ``"softmax"``.
+    fn : callable
+        The learner's function from the exercise's cell.
+
+    Returns
+    -------
+    callable
+        ``fn`` itself, or the exercise's reference (same arguments) with a printed note.
+
+    Examples
+    --------
+    >>> def softmax(x):
+    ...     raise NotImplementedError()
+    >>> f = yours_or_reference("softmax", softmax)
+    softmax is not written yet: this cell uses the course's version
+    >>> f is softmax
+    False
+    """
+    ex = get_exercise(exercise)
+    if not callable(fn):
+        msg = f"yours_or_reference({exercise!r}, fn): fn must be a function, got {type_name(fn)}"
+        raise TypeError(msg)
+    case = ex.cases()[0]
+    args = tuple(a.copy() if hasattr(a, "copy") else a for a in case.args)
+    try:
+        fn(*args, **case.kwargs)
+    except NotImplementedError:
+        print(f"{ex.part_of or ex.name} is not written yet: this cell uses the course's version")
+        return ex.reference
+    except Exception:  # noqa: BLE001 - written but wrong: the learner's own to inspect
+        return fn
+    return fn
+
