@@ -111,7 +111,9 @@ def test_the_rules_catch_what_they_are_for():
         cell.metadata[LECTURE_KEY] = {"slide": "notes"}
         return cell
 
-    good_notes = f"{LECTURER_MARK} · ~1 min\n\nWhy.\n\n**Ask the room**: q?\n\n**Expected answer**: a."
+    good_notes = (
+        f"{LECTURER_MARK} · ~1 min\n\nWhy.\n\n**Ask the room**: q?\n\n**Expected answer**: a."
+    )
     long = " ".join(["word"] * (MAX_WORDS + 1))
     cells = [
         lec(md("## One\n\nshort\n\n" + long), slide="slide", paragraphs=[0, 1]),

@@ -2,7 +2,9 @@
 
 The builds run on copies of two real lessons in a temporary folder (all lessons take a
 minute; `make slides`/`make html` build them all), and on a small made-up lesson that uses
-every lecture convention: speaker notes (``slideshow.slide_type == "notes"``), alt text
+every lecture convention: a lecture deck chosen by ``metadata["lecture"]`` (the default
+deck, with its printable outline; the whole notebook as slides is the second build),
+speaker notes (``slideshow.slide_type == "notes"``, an aside in handouts), alt text
 (``metadata["alt_text"]``, str or list), check cells (graded, tagged ``check``, asserts
 only), a stub and its check, harness markers, a progress line, an explorer still. Built
 pages are parsed with html.parser: nothing loaded over http(s), every local
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from html import escape as html_escape
 from html.parser import HTMLParser
 
 import nbformat
@@ -22,6 +25,7 @@ import pytest
 from conftest import NOTEBOOKS, ROOT
 
 from attnlib.course.lecture import (
+    LECTURER_MARK,
     SLIDE_SIZE,
     alt_text_problems,
     alt_texts,
@@ -31,6 +35,7 @@ from attnlib.course.lecture import (
     index_html,
     is_check_cell,
     lecture_notebook,
+    lecture_slides,
     lesson_info,
     local_resources,
     remote_resources,
@@ -203,10 +208,28 @@ def test_slides(sample, tmp_path):
     written = build_slides(sample, out, NODE_MODULES)
     assert (out / "reveal.js" / "dist" / "reveal.js").is_file()
     assert (out / "reveal.js" / "plugin" / "notes" / "notes.js").is_file()
+    assert [p.name for p in written] == [n.replace(".ipynb", ".slides.html") for n in SAMPLE]
+    index = Page(_assert_offline(out / "index.html"))
     for name, deck in zip(SAMPLE, written, strict=True):
-        text = _assert_offline(deck)
-        assert '"reveal.js/dist/reveal.js"' in text and "Reveal.initialize" in text
         nb = nbformat.read(sample / name, as_version=4)
+        stem = name.replace(".ipynb", "")
+        # the default deck is the lecture: one top-level <section> per lecture slide, each
+        # with its notes, no cell the lesson did not choose
+        lecture = Page(_assert_offline(deck))
+        slides = lecture_slides(nb)
+        assert lecture.top_sections == len(slides) and lecture.notes == len(slides)
+        chosen = {str(i) for s in slides for i in s.cells}
+        assert set(lecture.section_cells) <= chosen
+        # its outline: every slide title, the notes, the minutes; linked from the index
+        outline = _assert_offline(out / f"{stem}.outline.html")
+        for s in slides:
+            assert html_escape(s.title) in outline
+        assert f"{sum(s.minutes for s in slides):g} minutes" in outline
+        assert f"{stem}.outline.html" in index.links and f"{stem}.full.slides.html" in index.links
+        # the whole notebook as slides, the second build
+        full = out / f"{stem}.full.slides.html"
+        text = _assert_offline(full)
+        assert '"reveal.js/dist/reveal.js"' in text and "Reveal.initialize" in text
         kinds = [c.metadata["slideshow"]["slide_type"] for c in nb.cells]
         page = Page(text)
         # one top-level <section> per "slide" cell (the first cell opens one too)
@@ -292,6 +315,7 @@ PNG_1PX = (
     "AAAABJRU5ErkJggg=="
 )
 NOTES = "Say this aloud: the query asks, every key answers with a score."
+LAST_NOTES = "Close the lesson. **Ask the room**: what is a key? **Expected answer**: a label."
 DEFAULT_ALT = "No description has been provided for this image"
 
 
@@ -336,11 +360,17 @@ def demo_lesson():
         "schema_version": 3,
     }
     cells = [
-        _md("# 00 · Demo lesson\n\n**Time**: ~10 minutes", "slide"),
-        _md(NOTES, "notes"),
+        _md("# 00 · Demo lesson\n\n**Time**: ~10 minutes", "slide", lecture={"slide": "slide"}),
+        _md(f"{LECTURER_MARK} · ~1 min\n\n{NOTES}", "notes", lecture={"slide": "notes"}),
         _code("x = 1\nprint(x)", [_stream("1\n")], n=1),
         _md("## 1 · Keys And Values, As Written", "slide"),
-        _code("plot.bars(w)", [_image()], n=2, alt_text="A bar chart of six weights."),
+        _code(
+            "plot.bars(w)\nassert w.sum() == 1",
+            [_image()],
+            n=2,
+            alt_text="A bar chart of six weights.",
+            lecture={"show": "output"},
+        ),
         _code("two()", [_image(), _image()], n=3, alt_text=["First panel.", "Second panel."]),
         _code("no_alt()", [_image()], n=4),
         _code("assert x == 1\nfor i in range(2):\n    assert i < 2", n=5),
@@ -373,7 +403,8 @@ def demo_lesson():
             ],
             n=10,
         ),
-        _md("## Summary\n\n- done", "slide"),
+        _md("## Summary\n\n- done", "slide", lecture={"slide": "slide"}),
+        _md(f"{LECTURER_MARK} · ~2 min\n\n{LAST_NOTES}", "notes", lecture={"slide": "notes"}),
     ]
     nb = nbformat.v4.new_notebook(cells=cells)
     nb.metadata["kernelspec"] = {"name": "key-vectors", "display_name": "K", "language": "python"}
@@ -445,13 +476,32 @@ def _text(page: str) -> str:
     return _html.unescape(re.sub(r"<[^>]+>", "", page))
 
 
-def test_demo_deck_follows_the_conventions(demo_dir, tmp_path, capsys):
+def test_demo_lecture_deck_shows_only_what_the_lesson_chose(demo_dir, tmp_path, capsys):
     (deck_path,) = build_slides(demo_dir, tmp_path / "slides", NODE_MODULES)
-    assert "00_demo cell 6: 1 image(s) without metadata['alt_text']" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "lecture deck: 00_demo 2 lecture slides (want 12-18)" in err  # the rules, reported
     deck = deck_path.read_text(encoding="utf-8")
     page = Page(deck)
+    assert page.top_sections == 2 and page.notes == 2
+    assert page.section_cells == ["0", "0", "14", "14"]  # slide, subslide
+    assert page.alts == ["A bar chart of six weights."]  # the figure, without its code
+    text = _text(deck)
+    for gone in ("plot.bars", "assert w.sum()", "x = 1", "raise NotImplementedError", "checks"):
+        assert gone not in text, gone
+    notes = re.findall(r'<aside class="notes">(.*?)</aside>', deck, re.S)
+    assert NOTES in _text(notes[0]) and "For lecturers" in _text(notes[0])
+    outline = (tmp_path / "slides" / "00_demo.outline.html").read_text(encoding="utf-8")
+    assert "Demo lesson" in outline and "Summary" in outline and NOTES in _text(outline)
+    assert "2 slides · 3 minutes" in outline
+
+
+def test_demo_deck_follows_the_conventions(demo_dir, tmp_path, capsys):
+    build_slides(demo_dir, tmp_path / "slides", NODE_MODULES)
+    assert "00_demo cell 6: 1 image(s) without metadata['alt_text']" in capsys.readouterr().err
+    deck = (tmp_path / "slides" / "00_demo.full.slides.html").read_text(encoding="utf-8")
+    page = Page(deck)
     # speaker notes: the notes cell is an <aside class="notes">, not slide text
-    assert page.notes == 1
+    assert page.notes == 2
     notes = re.search(r'<aside class="notes">(.*?)</aside>', deck, re.S).group(1)
     assert NOTES in _text(notes)
     # every image has its cell's alt text; the one without says nbconvert's default
@@ -495,7 +545,12 @@ def test_demo_handouts_with_and_without_solutions(demo_dir, tmp_path):
         "Second panel.",
         DEFAULT_ALT,
     ]
-    assert NOTES in s_text  # a handout is read, not presented: the notes are its prose
+    # a handout sets the notes apart: a closed "For lecturers" aside, the marker its summary
+    student_page = student.read_text()
+    asides = re.findall(r'<aside [^>]*class="kv-notes"[^>]*>(.*?)</aside>', student_page, re.S)
+    assert len(asides) == 2 and all("<details>" in a for a in asides)
+    assert "<summary>For lecturers · ~1 min</summary>" in asides[0]
+    assert NOTES in _text(asides[0]) and LECTURER_MARK not in asides[0]
     assert "checks.check" in s_text and "✔ demo" not in s_text  # no ✔ under the stub
     assert "demo: 5 steps" in s_text and "NBVAL_IGNORE_OUTPUT" not in s_text
     t_text = _text(teacher.read_text())

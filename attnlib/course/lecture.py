@@ -508,7 +508,9 @@ def _without_asserts(source: str) -> str:
     try:
         tree = ast.parse(source)
     except SyntaxError:
-        drop = {i for i, ln in enumerate(source.splitlines(), 1) if ln.lstrip().startswith("assert")}
+        drop = {
+            i for i, ln in enumerate(source.splitlines(), 1) if ln.lstrip().startswith("assert")
+        }
     else:
         drop = set()
         for node in ast.walk(tree):
@@ -534,9 +536,11 @@ def _exercise_names(nb) -> set[str]:
 
 def _used_names(source: str) -> set[str]:
     try:
-        tree = ast.parse("\n".join(
-            "" if ln.lstrip().startswith(("%", "!")) else ln for ln in source.splitlines()
-        ))
+        tree = ast.parse(
+            "\n".join(
+                "" if ln.lstrip().startswith(("%", "!")) else ln for ln in source.splitlines()
+            )
+        )
     except SyntaxError:
         return set()
     return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
@@ -612,8 +616,10 @@ def lecture_slides(nb) -> list[LectureSlide]:
             continue
         kind = spec.get("slide", "-")
         if kind not in ("slide", "subslide", "fragment", "-", NOTES_TYPE):
-            raise ValueError(f"cell {index}: lecture slide {kind!r} is not one of slide, "
-                             "subslide, fragment, -, notes")
+            raise ValueError(
+                f"cell {index}: lecture slide {kind!r} is not one of slide, "
+                "subslide, fragment, -, notes"
+            )
         if kind in ("slide", "subslide") or not slides:
             slides.append(LectureSlide(len(slides) + 1, index, kind))
             if kind not in ("slide", "subslide"):
@@ -751,6 +757,8 @@ def outline_html(lesson: Lesson, nb) -> str:
     total = sum(s.minutes or 0 for s in slides)
     body = "\n".join(rows)
     title = html.escape(lesson.title)
+    deck = html.escape(lesson.stem) + ".slides.html"
+    deck_link = f'<a href="{deck}">{deck}</a>'
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -768,15 +776,18 @@ body {{ font-family: system-ui, sans-serif; font-size: 10.5pt; line-height: 1.35
 h1 {{ font-size: 15pt; margin: 0 0 4px 0; }} .sub {{ color: #555; margin: 0 0 8px 0; }}
 table {{ border-collapse: collapse; width: 100%; }}
 td, th {{ border-top: 1px solid #ccc; padding: 3px 6px; vertical-align: top; text-align: left; }}
-td.n, td.m {{ width: 2.5em; text-align: right; color: #555; }} td.t {{ width: 14em; font-weight: 600; }}
+td.n, td.m {{ width: 2.5em; text-align: right; color: #555; }}
+td.t {{ width: 14em; font-weight: 600; }}
 td.notes p {{ margin: 0 0 3px 0; }} code {{ font-size: 95%; }}
 </style>
 </head>
 <body>
 <h1>{title} — lecture outline</h1>
-<p class="sub">{len(slides)} slides · {total:g} minutes · deck: <a href="{html.escape(lesson.stem)}.slides.html">{html.escape(lesson.stem)}.slides.html</a> (S for the speaker view)</p>
+<p class="sub">{len(slides)} slides · {total:g} minutes · deck: {deck_link}
+(S for the speaker view)</p>
 <table>
-<thead><tr><th>#</th><th>slide</th><th>min</th><th>notes: what to say, what to ask, the answer</th></tr></thead>
+<thead><tr><th>#</th><th>slide</th><th>min</th>
+<th>notes: what to say, what to ask, the answer</th></tr></thead>
 <tbody>
 {body}
 </tbody>
@@ -787,7 +798,11 @@ td.notes p {{ margin: 0 0 3px 0; }} code {{ font-size: 95%; }}
 
 
 def _export(
-    kind: str, lessons: list[Lesson], out: Path, suffix: str, solutions: bool,
+    kind: str,
+    lessons: list[Lesson],
+    out: Path,
+    suffix: str,
+    solutions: bool,
     lecture: bool = False,
 ) -> list[Path]:
     import nbformat
@@ -901,7 +916,9 @@ def index_html(lessons: list[Lesson], suffix: str, what: str, *, full: bool = Fa
         time = f' <span class="time">— {html.escape(lesson.time)}</span>' if lesson.time else ""
         extra = ""
         if what == "slides":
-            extra = f' · <a class="outline" href="{html.escape(lesson.stem)}.outline.html">outline</a>'
+            extra = (
+                f' · <a class="outline" href="{html.escape(lesson.stem)}.outline.html">outline</a>'
+            )
             if full:
                 extra += (
                     f' · <a class="full" href="{html.escape(lesson.stem + FULL_SUFFIX)}">'
