@@ -338,8 +338,9 @@ def test_explorer_shows_what_explorer_state_computes():
     assert bytes(box.image.value) != first_png
     assert "d_k = 1024" in box.readout.value
 
-    box.standard_button.click()  # scale = 1/√d_k
+    box.tie_toggle.value = True  # scale = 1/√d_k
     assert box.scale_slider.value == pytest.approx(1 / 32, rel=0.06)  # slider step 0.05 in log10
+    box.tie_toggle.value = False
     _same_state(box.state, explorer_state(1024, box.scale_slider.value))
     assert box.state.curve_at_scale > 2.0
 

@@ -117,7 +117,14 @@ def render_png(state: ExplorerState) -> bytes:
     return figure_png(lambda fig: explorer_view(state, axes=fig.subplots(1, 2)), (8.0, 3.2))
 
 
-def scaling_explorer(d_k: int = 64, scale: float | None = None, *, seq_k: int = 16, seed: int = 0):
+def scaling_explorer(
+    d_k: int = 64,
+    scale: float | None = None,
+    *,
+    tied: bool = False,
+    seq_k: int = 16,
+    seed: int = 0,
+):
     """Sliders for d_k and the scale, the weights of one query, and the entropy curve.
 
     Parameters
@@ -126,19 +133,38 @@ def scaling_explorer(d_k: int = 64, scale: float | None = None, *, seq_k: int = 
         Starting width, one of :data:`D_K_CHOICES`.
     scale : float, optional
         Starting scale; default 1/√d_k.
+    tied : bool, default False
+        Start with the scale tied to 1/√d_k (``scale`` is then ignored).
 
     Returns
     -------
     ipywidgets.VBox
         Display it as a cell's last expression. Its attributes ``d_k_slider``,
-        ``scale_slider``, ``standard_button`` (sets the scale to 1/√d_k), ``readout``
-        (HTML), ``image`` (PNG) and ``state`` (the current :class:`ExplorerState`) let code
-        and tests drive it.
+        ``scale_slider``, ``tie_toggle`` (a toggle button: while it is down the scale is
+        1/√d_k and follows d_k, and the scale slider is locked; up, the scale slider is
+        free and keeps its value when d_k moves), ``readout`` (HTML), ``image`` (PNG) and
+        ``state`` (the current :class:`ExplorerState`) let code and tests drive it.
+
+    Examples
+    --------
+    The class demo: tie the scale, move d_k (the scale follows), untie, move d_k again
+    (the scale stays).
+
+    >>> box = scaling_explorer(d_k=64)
+    >>> box.tie_toggle.value = True
+    >>> box.d_k_slider.value = 1024
+    >>> round(box.scale_slider.value, 6)
+    0.03125
+    >>> box.tie_toggle.value = False
+    >>> box.d_k_slider.value = 4
+    >>> round(box.scale_slider.value, 6), box.state.d_k
+    (0.03125, 4)
     """
     import ipywidgets as W
 
     check_choice("scaling_explorer", "d_k", d_k, D_K_CHOICES)
-    scale = 1 / math.sqrt(d_k) if scale is None else float(scale)
+    tied = bool(tied)
+    scale = 1 / math.sqrt(d_k) if scale is None or tied else float(scale)
     lo, hi = (math.log10(s) for s in SCALE_RANGE)
     d_k_slider = W.SelectionSlider(
         options=list(D_K_CHOICES), value=d_k, description="d_k", continuous_update=False
@@ -152,18 +178,49 @@ def scaling_explorer(d_k: int = 64, scale: float | None = None, *, seq_k: int = 
         description="scale",
         readout_format=".3g",
         continuous_update=False,
+        disabled=tied,
     )
-    button = W.Button(description="scale = 1/√d_k")
+    tie = W.ToggleButton(
+        value=tied,
+        description="scale = 1/√d_k",
+        tooltip="Down: the scale is tied to 1/√d_k and follows d_k. Up: the scale slider is free.",
+        icon="link" if tied else "unlink",
+    )
+
+    def standard() -> float:
+        return 1 / math.sqrt(d_k_slider.value)
+
+    def follow_d_k(_):
+        # registered before the explorer's own redraw, so that a tied scale has moved
+        # before the figure is drawn for the new d_k
+        if tie.value:
+            scale_slider.value = standard()
+
+    d_k_slider.observe(follow_d_k, names="value")
+
+    last: dict[tuple[int, float], bytes] = {}
+
+    def render_once(state: ExplorerState) -> bytes:
+        # moving d_k while tied moves two sliders: draw that (d_k, scale) once
+        key = (state.d_k, state.scale)
+        if key not in last:
+            last.clear()
+            last[key] = render_png(state)
+        return last[key]
+
     box = explorer_box(
-        [(d_k_slider, scale_slider, button)],
+        [(d_k_slider, scale_slider, tie)],
         {"d_k_slider": d_k_slider, "scale_slider": scale_slider},
         lambda: explorer_state(d_k_slider.value, scale_slider.value, seq_k=seq_k, seed=seed),
-        render_png,
+        render_once,
     )
 
-    def standard(_):
-        scale_slider.value = 1 / math.sqrt(d_k_slider.value)
+    def on_tie(change):
+        tie.icon = "link" if change["new"] else "unlink"
+        scale_slider.disabled = bool(change["new"])
+        if change["new"]:
+            scale_slider.value = standard()
 
-    button.on_click(standard)
-    box.standard_button = button
+    tie.observe(on_tie, names="value")
+    box.tie_toggle = tie
     return box
