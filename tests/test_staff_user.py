@@ -1,0 +1,134 @@
+"""Grading as an ordinary (non-root) staff user, for real: the README supports it, and it is
+the set-up in which a kernel once deleted another learner's work (issue 24, attack 1).
+
+As root (CI), this test creates a system account, and runs a small class autograde as that
+account: the honest reference and ``a01_out_swap`` from tests/hostile.py, whose solution
+cell renames the exchange folder ``out/`` and puts a link to the course's ``submitted/`` in
+its place, so that a grader clearing ``out/`` as the staff user would empty every learner's
+submission. Not as root, bubblewrap gives the kernel a user namespace and the staff user's
+own uid, so nothing but the sandbox's mount points stands between the kernel and the
+course. The account is removed afterwards.
+
+The interpreter of this checkout may live under a folder other users cannot enter (a
+pyenv Python under ``/root``): the run gets a private mount namespace in which only that
+Python installation is made reachable, so nothing on the host changes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, project_python
+from grading_course import NO_SANDBOX
+
+USER = "kvstaff-test"
+
+pytestmark = [
+    pytest.mark.grading,
+    pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root"),
+    pytest.mark.skipif(NO_SANDBOX is not None, reason=f"no bubblewrap sandbox: {NO_SANDBOX}"),
+    pytest.mark.skipif(
+        not all(shutil.which(t) for t in ("useradd", "userdel", "unshare", "setpriv")),
+        reason="needs useradd, userdel, unshare and setpriv",
+    ),
+]
+
+RUN = textwrap.dedent(
+    """
+    import json, os, sys, tempfile
+    from pathlib import Path
+    sys.path.insert(0, {tests!r})
+    from grading_course import A, grade
+    from hostile import HONEST, HOSTILE
+    subs = [s for s in HOSTILE if s.student == "a01_out_swap"]
+    subs += [s for s in HONEST if s.student == "ok_reference"]
+    tmp = Path(tempfile.mkdtemp(prefix="kv-staff-", dir={work!r}))
+    graded = grade(tmp, hostile=subs, jobs=1)
+    kept = sorted(str(p.relative_to(graded.course)) for p in
+                  (graded.course / "submitted").rglob("*.ipynb"))
+    rows = {{s: graded.rows[(s, A)] for s in ("a01_out_swap", "ok_reference")}}
+    print("RESULT " + json.dumps({{"uid": os.getuid(), "rows": rows, "kept": kept}}))
+    """
+)
+
+
+def _closed_ancestor(path: Path) -> Path | None:
+    """The first folder above ``path`` that other users cannot enter, if any."""
+    for parent in reversed(path.parents):
+        if parent != Path("/") and not os.stat(parent).st_mode & 0o001:
+            return parent
+    return None
+
+
+def _reachable(python: Path, stage: Path) -> str:
+    """Shell lines that make ``python``'s installation reachable inside a private mount
+    namespace: its closed ancestor becomes an empty tmpfs holding just that installation."""
+    prefix = Path(
+        subprocess.run(
+            [str(python), "-c", "import sys; print(sys.base_prefix)"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    ).resolve()
+    closed = _closed_ancestor(prefix)
+    if closed is None:
+        return ""
+    top = closed / prefix.relative_to(closed).parts[0]
+    return (
+        f"mkdir -p {stage} && mount --bind {top} {stage} && "
+        f"mount -t tmpfs -o mode=755 tmpfs {closed} && mkdir -p {top} && "
+        f"mount --bind {stage} {top} && "
+    )
+
+
+def test_a_non_root_staff_user_grades_and_no_kernel_reaches_another_learners_work():
+    if _closed_ancestor(ROOT) is not None:
+        pytest.skip(f"the checkout {ROOT} is not readable by other users")
+    python = Path(project_python())
+    made = subprocess.run(["useradd", "-r", "-M", "-s", "/usr/sbin/nologin", USER])
+    assert made.returncode in (0, 9), "useradd failed"  # 9: the account exists already
+    tmp = Path(tempfile.mkdtemp(prefix="kv-staff-test-"))  # not under pytest's 0700 folder
+    os.chmod(tmp, 0o755)
+    work = tmp / "staff"
+    work.mkdir()
+    shutil.chown(work, USER, USER)
+    script = work / "run.py"
+    script.write_text(RUN.format(tests=str(ROOT / "tests"), work=str(work)))
+    env = f"env -i HOME={work} PATH={python.parent}:/usr/bin:/bin LANG=C.UTF-8"
+    shell = (
+        "set -e; "
+        + _reachable(python, tmp / "python-view")
+        + f"cd {work} && exec setpriv --reuid={USER} --regid={USER} --clear-groups "
+        + f"{env} {python} {script}"
+    )
+    try:
+        done = subprocess.run(
+            ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", shell],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        subprocess.run(["userdel", USER], capture_output=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert done.returncode == 0 and lines, done.stderr[-3000:]
+    result = json.loads(lines[-1].removeprefix("RESULT "))
+    assert result["uid"] != 0  # the grader really ran as the staff account
+    attacker, honest = result["rows"]["a01_out_swap"], result["rows"]["ok_reference"]
+    assert attacker["status"] == "FLAGGED" and attacker["score"] == "", attacker
+    assert (honest["status"], honest["score"], honest["needs_review"]) == ("graded", "3.0", "no")
+    assert honest["sandbox"] == attacker["sandbox"] == "bubblewrap"
+    # every learner's submission is still there after the run
+    assert result["kept"] == [
+        "submitted/a01_out_swap/01_fixture/01_fixture.ipynb",
+        "submitted/ok_reference/01_fixture/01_fixture.ipynb",
+    ], result["kept"]
