@@ -21,8 +21,12 @@ the parts of an exercise.
 
 from __future__ import annotations
 
+import contextlib
+import io
+import warnings
 from collections.abc import Callable
 
+from attnlib._validate import type_name
 from attnlib.checks._core import (
     Case,
     Exercise,
@@ -241,8 +245,14 @@ def yours_or_reference(exercise: str, fn: Callable) -> Callable:
         raise TypeError(msg)
     case = ex.cases()[0]
     args = tuple(a.copy() if hasattr(a, "copy") else a for a in case.args)
-    try:
-        fn(*args, **case.kwargs)
+    try:  # a trial call: what it prints or warns is not the cell's output
+        with (
+            contextlib.redirect_stdout(io.StringIO()),
+            contextlib.redirect_stderr(io.StringIO()),
+            warnings.catch_warnings(),
+        ):
+            warnings.simplefilter("ignore")
+            fn(*args, **case.kwargs)
     except NotImplementedError:
         print(f"{ex.part_of or ex.name} is not written yet: this cell uses the course's version")
         return ex.reference
