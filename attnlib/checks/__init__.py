@@ -76,6 +76,7 @@ __all__ = [
 from attnlib.checks import (  # noqa: E402, F401 - imported to register their exercises
     ex_attention,
     ex_backprop,
+    ex_block,
     ex_blockwise,
     ex_decoding,
     ex_fewer_keys,
