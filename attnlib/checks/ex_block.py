@@ -72,8 +72,13 @@ def _ln_hidden_cases() -> list[Case]:
     eps = float(rng.uniform(0.02, 0.5))
     return [
         _ln_case(g, f"hidden: (batch={batch}, seq={seq + 1}, d_model={d1})", (batch, seq + 1, d1)),
-        _ln_case(g, f"hidden: (seq={seq + 2}, d_model={d2}), eps={eps:.3f}", (seq + 2, d2),
-                 eps=eps, scale=0.2),  # fmt: skip
+        _ln_case(
+            g,
+            f"hidden: (seq={seq + 2}, d_model={d2}), eps={eps:.3f}",
+            (seq + 2, d2),
+            eps=eps,
+            scale=0.2,
+        ),  # fmt: skip
         _ln_case(g, f"hidden: (seq=3, d_model={d1}), one constant row", (3, d1), constant_row=True),
     ]
 
@@ -397,7 +402,11 @@ def _block_hidden_cases() -> list[Case]:
             g,
             f"hidden: batch={batch}, seq={seq + 2}, d_model={d_model}, {n_heads} heads, "
             f"d_ff={d_ff}",
-            batch, seq + 2, d_model, n_heads, d_ff,
+            batch,
+            seq + 2,
+            d_model,
+            n_heads,
+            d_ff,
         ),  # fmt: skip
         _block_case(g, "hidden: batch=2, seq=6, d_model=10, 2 heads, d_ff=7", 2, 6, 10, 2, 7),
     ]
@@ -480,9 +489,8 @@ def _infer_block(learner) -> list[Finding]:
     if w["residual"] != "both":
         which = {"none": "attention's or the MLP's", "attn_only": "the MLP's",
                  "mlp_only": "attention's"}[w["residual"]]  # fmt: skip
-        found.append(
-            Finding("residual-missing", f"{yours}: {which} output replaces x instead of adding to it.")
-        )
+        replaces = f"{which} output replaces x instead of adding to it"
+        found.append(Finding("residual-missing", f"{yours}: {replaces}."))
     if w["shared"]:
         found.append(Finding("layer-norm-shared", f"{yours}: ln_1 serves both sublayers."))
     if w["order"] == "mlp_first":
