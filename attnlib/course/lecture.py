@@ -43,6 +43,9 @@ is left out of it. Nothing is copied: a slide shows the lesson's own cells.
   blank lines, counted from 0) — a heading and its key sentence, not the whole section.
 * ``"show": "output"`` on a code cell shows only what it drew or printed (a figure without
   its plotting code); ``"show": "code"`` only its code; the default ``"all"`` both.
+* ``"big": true`` on the cell that starts a slide lets its figure take up to 640 px of the
+  720 (500 px otherwise): for a slide that is one tall figure, whose text would otherwise be
+  shrunk below projector size.
 * On a lecture slide, ``assert`` statements are left out of the code shown (the notebook
   asserts its numbers; the lecture states them).
 
@@ -503,19 +506,39 @@ def _lecture_markdown(cell, spec: dict) -> str:
     return "\n\n".join(paras[i] for i in chosen)
 
 
+def _assert_lines(body) -> tuple[set[int], bool]:
+    """Lines of the ``assert`` statements in ``body`` (a compound statement left with only
+    asserts goes whole), and whether every statement of ``body`` goes."""
+    dropped: set[int] = set()
+    everything = True
+    for st in body:
+        lines = set(range(st.lineno, (st.end_lineno or st.lineno) + 1))
+        if isinstance(st, ast.Assert):
+            dropped |= lines
+            continue
+        bodies = [getattr(st, f, None) or [] for f in ("body", "orelse", "finalbody")]
+        bodies += [h.body for h in getattr(st, "handlers", [])]
+        if isinstance(st, ast.For | ast.While | ast.If | ast.With | ast.Try) and any(bodies):
+            parts = [_assert_lines(b) for b in bodies if b]
+            if all(gone for _, gone in parts):
+                dropped |= lines
+                continue
+            if not any(gone for _, gone in parts):  # no branch left empty
+                dropped |= set().union(*(d for d, _ in parts))
+        everything = False
+    return dropped, everything
+
+
 def _without_asserts(source: str) -> str:
-    """``source`` without its ``assert`` statements (all their lines), blank runs squeezed."""
+    """``source`` without its ``assert`` statements (all their lines; a loop or ``if`` that
+    only asserts goes whole), blank runs squeezed."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
-        drop = {
-            i for i, ln in enumerate(source.splitlines(), 1) if ln.lstrip().startswith("assert")
-        }
+        lines = source.splitlines()
+        drop = {i for i, ln in enumerate(lines, 1) if ln.lstrip().startswith("assert")}
     else:
-        drop = set()
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Assert):
-                drop.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
+        drop, _ = _assert_lines(tree.body)
     kept = [ln for i, ln in enumerate(source.splitlines(), 1) if i not in drop]
     text = re.sub(r"\n{3,}", "\n\n", "\n".join(kept))
     return text.strip("\n")
@@ -535,6 +558,7 @@ def _exercise_names(nb) -> set[str]:
 
 
 def _used_names(source: str) -> set[str]:
+    """Names ``source`` reads outside its ``assert`` statements (IPython lines ignored)."""
     try:
         tree = ast.parse(
             "\n".join(
@@ -543,7 +567,18 @@ def _used_names(source: str) -> set[str]:
         )
     except SyntaxError:
         return set()
-    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    names: set[str] = set()
+
+    def visit(node):
+        if isinstance(node, ast.Assert):
+            return
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return names
 
 
 TEX_IN_CODE = re.compile(r"\\[A-Za-z]+|[\^_]\{")
@@ -660,7 +695,7 @@ def lecture_slides(nb) -> list[LectureSlide]:
             slide.code_lines += _code_lines(code)
             slide.asserts += sum(ln.lstrip().startswith("assert") for ln in code.splitlines())
         if show != "code" and cell.get("outputs"):
-            stubs = sorted(_used_names(code) & names)  # (asserts left out: not shown, no output)
+            stubs = sorted(_used_names(cell.source) & names)
             if stubs:
                 slide.problems.append(
                     f"{where}: shows the output of {', '.join(stubs)}, a stub in a learner's copy"
@@ -718,6 +753,8 @@ def lecture_deck_notebook(nb, *, solutions: bool = False):
             continue
         show = cell.metadata.setdefault("slideshow", {})
         show["slide_type"] = spec.get("slide", "-")
+        if spec.get("big"):  # a figure slide: the figure may take more of the height
+            show.setdefault("data", {})["kv_big"] = "1"
         if cell.cell_type == "markdown":
             cell.source = _lecture_markdown(cell, spec)
         elif cell.cell_type == "code":
