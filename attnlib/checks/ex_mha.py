@@ -28,8 +28,8 @@ def _mha_reference(
 ):  # fmt: skip
     d_model = query.shape[-1]
     mha = nn.MultiheadAttention(
-        d_model, n_heads, batch_first=batch_first, dtype=torch.float64
-    )  # the oracle: torch's own module
+        d_model, n_heads, batch_first=batch_first, dtype=query.dtype
+    )  # the oracle: torch's own module, in the inputs' dtype (the cases: float64)
     with torch.no_grad():
         mha.in_proj_weight.copy_(in_proj_weight)
         mha.in_proj_bias.copy_(in_proj_bias)
