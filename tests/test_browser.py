@@ -2,12 +2,26 @@
 
 One headless Chromium (tests/chromium.py, the DevTools protocol over a pipe) serves the
 whole module. The decks and handouts of every lesson are built once into a temporary
-folder (`python -m attnlib.course.lecture slides|html` does the same into build/). Then:
+folder (`python -m attnlib.course.lecture slides|html` does the same into build/). Then,
+for every lesson's default deck — the lecture deck the lesson chose (metadata["lecture"]) —
+`window.kvSlideFit()` measures every slide as Chromium shows it, after MathJax has typeset
+it, once, and:
 
-* every slide of every deck fits 1280 x 720: no slide taller or wider than the deck, no
-  code or output cut off at the right (`window.kvSlideFit()` in the deck measures them
-  after MathJax has typeset it);
-* every <img> in the decks and handouts has alt text, and not nbconvert's default;
+* every slide fits 1280 x 720: no slide taller or wider than the deck, no code or output
+  cut off at the right;
+* every deck keeps the lecture rules: 12-18 slides, speaker notes on every slide, no
+  `assert` line, at most 12 lines of code and 120 words, no TeX inside a code span, and no
+  figure shown so small that its smallest text (attnlib.plot's MIN_FONT at its DPI) falls
+  under 14 px. tests/test_lecture_decks.py checks the same rules from the notebooks'
+  metadata without a browser; this is what a class sees.
+
+The whole notebook as slides (`NN_*.full.slides.html`, the second build) is parsed for
+alt text but not measured in the browser: the lecture decks are what is projected, and
+measuring ~400 more slides would double the module's time.
+
+Also:
+
+* every <img> in the decks (both builds) and handouts has alt text, and not nbconvert's default;
 * every deck has speaker notes; no explorer is shown as a widget's text repr;
 * JupyterLab, started from the project's venv with the learners' settings, renders a
   lesson with all its cells and figures, without nbgrader's menu or the news prompt.
@@ -31,18 +45,25 @@ from conftest import NOTEBOOKS, ROOT
 from labserver import running_lab
 
 from attnlib.course.lecture import (
+    FULL_SUFFIX,
+    LECTURE_SLIDES,
+    MAX_CODE_LINES,
+    MAX_WORDS,
     SLIDE_SIZE,
     alt_text_problems,
     build_handouts,
     build_slides,
     discover_lessons,
 )
+from attnlib.plot import DPI, MIN_FONT
 
 pytestmark = pytest.mark.slow
 
 NODE_MODULES = ROOT / "node_modules"
 START_TIMEOUT = 120.0  # JupyterLab start; 30 s seen with 8 engineers sharing 2 cores
 DEFAULT_ALT = "No description has been provided for this image"
+MIN_LABEL_PX = 14.0  # the smallest figure text, as shown on a 1280 x 720 slide
+SMALLEST_TEXT_PX = MIN_FONT * DPI / 72  # in a stored figure, at its natural size
 WIDGET_REPR = re.compile(r"\b[HV]Box\(children=\(")
 # The deck's measuring function, once its scripts (loaded by require.js after the page's
 # load event) have defined it.
@@ -76,9 +97,10 @@ def built(tmp_path_factory):
     if not (NODE_MODULES / "reveal.js" / "dist" / "reveal.js").exists():
         pytest.skip("node_modules/ is missing: run `npm ci` (make slides / make html do)")
     out = tmp_path_factory.mktemp("lecture")
-    decks = build_slides(NOTEBOOKS, out / "slides", NODE_MODULES)
+    decks = build_slides(NOTEBOOKS, out / "slides", NODE_MODULES)  # the lecture decks
+    full = [d.with_name(d.name.replace(".slides.html", FULL_SUFFIX)) for d in decks]
     handouts = build_handouts(NOTEBOOKS, out / "html", NODE_MODULES)
-    return {"decks": decks, "handouts": handouts}
+    return {"decks": decks, "full": full, "handouts": handouts}
 
 
 def lesson_of(path) -> str:
@@ -117,29 +139,82 @@ class Images(HTMLParser):
 # ------------------------------------------------------------------ decks at 1280 x 720
 
 
-def test_every_slide_fits_1280x720(built, browser):
-    width, height = SLIDE_SIZE
-    page = browser.new_page(width, height)
-    problems, measured = [], 0
+@pytest.fixture(scope="module")
+def measured(built, browser):
+    """``{deck: kvSlideFit() report}`` for every lecture deck, measured once at 1280 x 720."""
+    page = browser.new_page(*SLIDE_SIZE)
+    reports = {}
     for deck in built["decks"]:
         page.goto(deck.as_uri(), timeout=120)
-        report = page.evaluate(FIT_JS, timeout=180)
+        reports[deck] = page.evaluate(FIT_JS, timeout=180)
+    return reports
+
+
+def _where(deck, s) -> str:
+    title = f" {s['title'][:48]!r}" if s["title"] else ""
+    return f"{lesson_of(deck)} slide {s['h'] + 1} (#/{s['h']}/{s['v']}, cell {s['cell']}){title}"
+
+
+def test_every_slide_fits_1280x720(measured):
+    width, height = SLIDE_SIZE
+    problems, n_slides = [], 0
+    for deck, report in measured.items():
         assert (report["width"], report["height"]) == SLIDE_SIZE, deck.name
         for s in report["slides"]:
-            measured += 1
-            where = f"{lesson_of(deck)} slide #/{s['h']}/{s['v']} (cell {s['cell']})"
-            title = f" {s['title'][:48]!r}" if s["title"] else ""
+            n_slides += 1
+            where = _where(deck, s)
             if s["height"] > height:
-                problems.append(f"{where}{title}: {s['height']} px tall (> {height})")
+                problems.append(f"{where}: {s['height']} px tall (> {height})")
             if s["width"] > width:
-                problems.append(f"{where}{title}: {s['width']} px wide (> {width})")
+                problems.append(f"{where}: {s['width']} px wide (> {width})")
             if s["wide"]:
-                problems.append(f"{where}{title}: cut off at the right: {', '.join(s['wide'])}")
-    assert measured >= len(built["decks"])
+                problems.append(f"{where}: cut off at the right: {', '.join(s['wide'])}")
+    assert n_slides >= len(measured)
     assert not problems, (
-        f"{len(problems)} of {measured} slides do not fit {width} x {height} "
+        f"{len(problems)} of {n_slides} slides do not fit {width} x {height} "
         "(open build/slides/<lesson>.slides.html#/h/v; cell = the notebook cell the slide "
         "starts at):\n" + "\n".join(problems)
+    )
+
+
+def test_every_lecture_deck_keeps_the_rules(measured):
+    """12-18 slides, notes on each, no asserts, short code and prose, typeset maths, and
+    figures whose smallest text is still 14 px — as Chromium shows them."""
+    lo, hi = LECTURE_SLIDES
+    problems, n_slides = [], 0
+    for deck, report in measured.items():
+        slides = report["slides"]
+        n_slides += len(slides)
+        if not lo <= len(slides) <= hi:
+            problems.append(f"{lesson_of(deck)}: {len(slides)} slides (want {lo}-{hi})")
+        for s in slides:
+            where = _where(deck, s)
+            if s["notes"] < 1:
+                problems.append(f"{where}: no speaker notes")
+            if s["asserts"]:
+                problems.append(f"{where}: {s['asserts']} assert lines")
+            if s["code"] > MAX_CODE_LINES:
+                problems.append(f"{where}: {s['code']} lines of code (> {MAX_CODE_LINES})")
+            if s["words"] > MAX_WORDS:
+                problems.append(f"{where}: {s['words']} words (> {MAX_WORDS})")
+            if s["tex"]:
+                problems.append(f"{where}: TeX in code spans {s['tex']} (write $...$)")
+            for img in s["images"]:
+                if not img["natural"]:
+                    problems.append(f"{where}: a figure that did not load ({img['alt']!r})")
+                    continue
+                px = SMALLEST_TEXT_PX * img["shown"] / img["natural"]
+                if px < MIN_LABEL_PX:
+                    problems.append(
+                        f"{where}: figure {img['alt']!r} shown at {img['shown']} of "
+                        f"{img['natural']} px wide: its smallest text is {px:.1f} px "
+                        f"(< {MIN_LABEL_PX:g})"
+                    )
+    assert n_slides >= len(measured) * lo
+    assert not problems, (
+        f"{len(problems)} lecture-deck rules broken ({n_slides} slides measured; open "
+        "build/slides/<lesson>.slides.html#/h/v, or see the lesson's cells with "
+        "metadata['lecture']):\n" + "\n".join(problems)
     )
 
 
@@ -162,14 +237,14 @@ def test_one_slide_is_measured_the_way_it_is_shown(built, browser):
 
 def test_every_image_has_alt_text(built):
     problems = []
-    for kind in ("decks", "handouts"):
+    for kind in ("decks", "full", "handouts"):
         for path in built[kind]:
             imgs = Images(path.read_text(encoding="utf-8")).alts
             missing = sum(not a or not a.strip() for a in imgs)
             default = sum(a == DEFAULT_ALT for a in imgs)
             if missing or default:
                 problems.append(
-                    f"{lesson_of(path)} {kind[:-1]}: {missing + default} of {len(imgs)} images "
+                    f"{lesson_of(path)} {kind}: {missing + default} of {len(imgs)} images "
                     "without alt text"
                 )
     cells = []
