@@ -24,7 +24,8 @@ Also:
 * every <img> in the decks (both builds) and handouts has alt text, and not nbconvert's default;
 * every deck has speaker notes; no explorer is shown as a widget's text repr;
 * JupyterLab, started from the project's venv with the learners' settings, renders a
-  lesson with all its cells and figures, without nbgrader's menu or the news prompt.
+  lesson with all its cells and figures, its speaker notes collapsed to their "For
+  lecturers" line, without nbgrader's menu or the news prompt.
 
 Each test lists every offending lesson and slide in one message, so that a lesson editor
 sees the whole list at once. Without Chromium (a learner's laptop) the browser tests are
@@ -291,7 +292,8 @@ def lab(tmp_path_factory):
 
 
 def _lesson_with_figures():
-    """The first lesson with stored PNG figures, and (cells, figures) counts of its file."""
+    """The first lesson with stored PNG figures, and (cells, figures, notes cells) counts of
+    its file."""
     for lesson in discover_lessons(NOTEBOOKS):
         nb = nbformat.read(lesson.path, as_version=4)
         pngs = sum(
@@ -300,8 +302,9 @@ def _lesson_with_figures():
             if c.cell_type == "code"
             for o in c.outputs
         )
+        notes = sum(c.metadata.get("slideshow", {}).get("slide_type") == "notes" for c in nb.cells)
         if pngs:
-            return lesson, len(nb.cells), pngs
+            return lesson, len(nb.cells), pngs, notes
     pytest.fail("no lesson has a stored figure to look for")
 
 
@@ -311,11 +314,14 @@ COUNT_JS = """(() => ({
   imgs: document.querySelectorAll('.jp-NotebookPanel img[src^="data:image/png;base64,"]').length,
   text: document.body.innerText,
   h1: Array.from(document.querySelectorAll('.jp-NotebookPanel h1')).map(h => h.textContent),
+  collapsed: Array.from(document.querySelectorAll(
+    '.jp-NotebookPanel .jp-MarkdownCell .jp-InputPlaceholder .jp-PlaceholderText'
+  )).map(e => e.textContent),
 }))()"""
 
 
 def test_jupyterlab_renders_a_lesson_with_its_figures(browser, lab, tmp_path):
-    lesson, n_cells, n_png = _lesson_with_figures()
+    lesson, n_cells, n_png, n_notes = _lesson_with_figures()
     page = browser.new_page(1400, 1000)
     # JupyterLab renders cells lazily as they scroll into view: ask it to render them all
     url = f"{lab['base']}/lab/tree/notebooks/{lesson.path.name}?token={lab['token']}"
@@ -337,6 +343,9 @@ def test_jupyterlab_renders_a_lesson_with_its_figures(browser, lab, tmp_path):
     # markdown was rendered (the title is a heading, not '# ...' source text)
     title = lesson.title.split("·")[-1].strip()
     assert any(title in h for h in seen["h1"]), f"the title heading is missing: {seen['h1']}"
+    # speaker notes are collapsed to their "For lecturers" line (metadata.jupyter.source_hidden)
+    assert len(seen["collapsed"]) == n_notes > 0, seen["collapsed"]
+    assert all(t.startswith("**For lecturers**") for t in seen["collapsed"]), seen["collapsed"]
     # the kernel the course installs is the one JupyterLab offers for the lesson
     assert "Key Vectors" in seen["text"]
     # the learners' Lab: no nbgrader menu or assignment panels, no news prompt
