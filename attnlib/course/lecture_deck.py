@@ -265,8 +265,10 @@ def _title(markdown: str) -> str:
     for ln in markdown.splitlines():
         if ln.lstrip().startswith("#"):
             return ln.lstrip("# ").strip()
-    first = next((ln for ln in markdown.splitlines() if ln.strip()), "")
-    return first.strip()[:60]
+    first = next((ln for ln in markdown.splitlines() if ln.strip()), "").strip()
+    if len(first) <= 60:
+        return first
+    return first[:60].rsplit(" ", 1)[0].rstrip(",;:") + " …"
 
 
 class LectureSlide:
