@@ -501,8 +501,15 @@ def _export(
         nb = nbformat.read(lesson.path, as_version=4)
         for problem in alt_text_problems(nb):
             print(f"alt text: {lesson.stem} {problem}", file=sys.stderr)
-        if lecture:
+        if lecture and any(lecture_spec(c) is not None for c in nb.cells):
             shaped = lecture_deck_notebook(nb, solutions=solutions)
+        elif lecture:  # a lesson not yet given a lecture deck: the whole lesson stands in
+            print(
+                f"lecture deck: {lesson.stem} has no cell with metadata['lecture']: its default "
+                "deck is the whole lesson until its author chooses the lecture slides",
+                file=sys.stderr,
+            )
+            shaped = lecture_notebook(nb, slides=True, solutions=solutions)
         else:
             shaped = lecture_notebook(nb, slides=kind == "slides", solutions=solutions)
         body, _ = exporter.from_notebook_node(
