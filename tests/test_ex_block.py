@@ -296,7 +296,7 @@ def test_the_block_reference_is_hugging_faces_gpt2_block():
     torch.manual_seed(4)
     model = GPT(vocab_size=11, d_model=12, n_heads=3, n_layers=1, max_len=16).double().eval()
     with torch.no_grad():
-        for name, p in model.named_parameters():
+        for p in model.parameters():
             p.add_(0.3 * torch.randn_like(p))
     config = gpt2_config(model) | dict(bos_token_id=None, eos_token_id=None)
     hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(**config)).double()
