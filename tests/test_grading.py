@@ -36,6 +36,7 @@ from nbfixtures import write_lessons as write_fixture_lessons
 from attnlib.checks.grading import TAMPER_TAG
 from attnlib.course.grader import audit, execution, export
 from attnlib.course.grader.course import release, validate
+from attnlib.explorers._render import STILL_CAPTION
 
 pytestmark = [
     pytest.mark.grading,
@@ -238,6 +239,39 @@ class _LessonShard(EveryCourse):
             assert "HIDDEN TESTS" not in text, path
         instructor_fb = graded.course / "feedback" / "instructor" / lesson / f"{lesson}.html"
         assert "check_hidden" not in instructor_fb.read_text()
+
+    def test_a_learners_copy_runs_to_the_end_and_shows_every_explorer(self, graded, lesson):
+        """The untouched release is a learner's copy before any exercise is written (the
+        cells ``make student`` writes into workbook/), and grading ran it top to bottom in
+        the sandbox with nbgrader's nbclient: a learner's Run All. No cell raised; the only
+        errors are the grader's own verdicts on graded cells (one line, no traceback: the
+        hidden tests of an unwritten exercise fail). Every explorer shows its still."""
+        path = graded.course / "autograded" / "untouched" / lesson / f"{lesson}.ipynb"
+        run = nbformat.read(path, as_version=4)
+        raised = []
+        for i, cell in enumerate(run.cells):
+            meta = cell.metadata.get("nbgrader", {})
+            test_cell = cell.cell_type == "code" and meta.get("grade") and not meta.get("solution")
+            for out in cell.get("outputs", []) if cell.cell_type == "code" else []:
+                if out.output_type != "error":
+                    continue
+                verdict = out.traceback == [f"{out.ename}: {out.evalue}"]  # added by the grader
+                if not (test_cell and verdict and out.ename == "AssertionError"):
+                    raised.append((i, out.ename, out.evalue[:120]))
+        assert raised == [], raised
+        src = nbformat.read(graded.notebooks / f"{lesson}.ipynb", as_version=4)
+        assert len(src.cells) == len(run.cells)
+        for i, cell in enumerate(src.cells):
+            if cell.cell_type == "code" and _shows_still(cell):
+                assert _shows_still(run.cells[i]), f"cell {i}: the explorer shows no still"
+
+
+def _shows_still(cell) -> bool:
+    return any(
+        "image/png" in out.get("data", {})
+        and str(out["data"].get("text/plain", "")).startswith(STILL_CAPTION)
+        for out in cell.get("outputs", [])
+    )
 
 
 class TestLessonShard0(_LessonShard):

@@ -212,6 +212,8 @@ def lesson_length(path: str | Path) -> Length:
         src = _source(cell)
         first = src.lstrip().split("\n", 1)[0]
         if cell["cell_type"] == "markdown":
+            if cell.get("metadata", {}).get("slideshow", {}).get("slide_type") == "notes":
+                continue  # speaker notes ("For lecturers", collapsed): not the learner's reading
             if OPTIONAL_RE.match(first):
                 optional = True
             elif END_RE.match(first):
