@@ -152,7 +152,9 @@ def _outputs_text(cell) -> tuple[str, list[str]]:
         kind = out.get("output_type")
         if kind == "stream":
             text = out.get("text", "")
-            parts.append(text if isinstance(text, str) else "".join(text))
+            text = text if isinstance(text, str) else "".join(text)
+            # the grader shows a graded cell's stderr as "[stderr] ..." lines (StderrIsNotFailure)
+            parts.append(re.sub(r"^\[stderr\] ", "", text, flags=re.M))
         elif kind == "error":
             errors.append(str(out.get("ename", "Error")))
             parts.append(str(out.get("evalue", "")))
