@@ -47,6 +47,7 @@ from pathlib import Path
 import nbformat
 
 from attnlib import checks
+from attnlib.course.grader.execution import STDERR_PREFIX
 from attnlib.course.lessons import course_root
 
 __all__ = [
@@ -153,8 +154,8 @@ def _outputs_text(cell) -> tuple[str, list[str]]:
         if kind == "stream":
             text = out.get("text", "")
             text = text if isinstance(text, str) else "".join(text)
-            # the grader shows a graded cell's stderr as "[stderr] ..." lines (StderrIsNotFailure)
-            parts.append(re.sub(r"^\[stderr\] ", "", text, flags=re.M))
+            # the grader shows a graded test cell's stderr with a prefix (StderrIsNotFailure)
+            parts.append(re.sub(f"^{re.escape(STDERR_PREFIX)}", "", text, flags=re.M))
         elif kind == "error":
             errors.append(str(out.get("ename", "Error")))
             parts.append(str(out.get("evalue", "")))

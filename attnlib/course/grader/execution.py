@@ -32,6 +32,8 @@ from attnlib.course.grader.judging import clear_inputs, clear_outputs, judge, wr
 from attnlib.course.grader.sandbox import Limits, Sandbox, SandboxKernelManager
 
 TIMEOUT_ENAME = "CellTimeoutError"
+# How a graded test cell's stderr is shown once it is no failure (StderrIsNotFailure).
+STDERR_PREFIX = "[stderr] "
 DIED_ENAME = "KernelDied"
 RESTART_ENAME = "KernelRestarted"
 OUTPUT_CAPPED = "[the grader kept no more of this cell's output: it printed more than the limit]"
@@ -494,7 +496,8 @@ class StderrIsNotFailure(NbGraderPreprocessor):
             for out in cell.get("outputs", []):
                 if out.get("output_type") == "stream" and out.get("name") == "stderr":
                     out["name"] = "stdout"
-                    out["text"] = "".join(f"[stderr] {line}\n" for line in out["text"].splitlines())
+                    lines = out["text"].splitlines()
+                    out["text"] = "".join(f"{STDERR_PREFIX}{line}\n" for line in lines)
         return cell, resources
 
 
