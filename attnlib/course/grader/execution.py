@@ -20,6 +20,7 @@ import os
 import re
 import signal
 import stat
+import time
 from pathlib import Path
 
 import nbformat
@@ -427,6 +428,14 @@ class ResilientExecute(Execute):
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGSTOP)
             seen |= new
+        # SIGSTOP is delivered asynchronously: wait (briefly) until each process is seen
+        # stopped, so nothing of the kernel's runs while the grader looks at it
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            states = self._kernel_processes()
+            if all(st in ("t", "T", "Z", "X") for p, st in states.items() if p in seen):
+                break
+            time.sleep(0.002)
         return seen
 
     @staticmethod
