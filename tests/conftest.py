@@ -45,6 +45,18 @@ def project_python() -> str:
     return str(venv_python) if venv_python.exists() else sys.executable
 
 
+@pytest.fixture
+def three_threads():
+    """torch on 3 threads for the test (restored after): `make test` runs with
+    OMP_NUM_THREADS=1, and a test that a setting of 1 thread is undone needs another one."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(3)
+    yield 3
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT

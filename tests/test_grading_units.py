@@ -273,3 +273,16 @@ def test_an_output_filled_after_the_call_earns_nothing():
     x = np.random.default_rng(0).standard_normal((3, 4))
     obs = grading.observe(_softmax_filled_by_a_finalizer, [((x,), {})], watch)
     assert not np.allclose(obs.outputs[0], np.exp(x) / np.exp(x).sum(-1, keepdims=True))
+
+
+def test_kernel_threads_follow_the_graders_own_setting(monkeypatch):
+    from attnlib.course.grader import autograde as ag
+
+    monkeypatch.setattr(ag, "default_jobs", lambda: 4)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert [ag.kernel_threads(j) for j in (1, 2, 3, 8)] == [0, 2, 1, 1]
+    for ignored in ("", "0", "two"):
+        monkeypatch.setenv("OMP_NUM_THREADS", ignored)
+        assert ag.kernel_threads(2) == 2
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # make test: two workers share two cores
+    assert [ag.kernel_threads(j) for j in (1, 2, 8)] == [1, 1, 1]
