@@ -286,3 +286,24 @@ def test_kernel_threads_follow_the_graders_own_setting(monkeypatch):
         assert ag.kernel_threads(2) == 2
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # make test: two workers share two cores
     assert [ag.kernel_threads(j) for j in (1, 2, 8)] == [1, 1, 1]
+
+
+def test_after_a_timeout_the_wait_for_last_outputs_is_short_and_then_restored(monkeypatch):
+    import asyncio
+
+    from nbclient import NotebookClient
+
+    interrupted = []
+
+    async def interrupt(self, timeout, cell=None):  # nbclient's: interrupt the kernel
+        interrupted.append(timeout)
+
+    monkeypatch.setattr(NotebookClient, "_async_handle_timeout", interrupt)
+    ex = execution.ResilientExecute()
+    before = (ex.timeout, ex.iopub_timeout)
+    assert ex.iopub_timeout > ex.after_timeout_iopub
+    with ex._one_cell(6):
+        assert ex.timeout == 6
+        asyncio.run(ex._async_handle_timeout(6))
+        assert interrupted == [6] and ex.iopub_timeout == ex.after_timeout_iopub
+    assert (ex.timeout, ex.iopub_timeout) == before  # the next cell waits as usual

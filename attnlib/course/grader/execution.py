@@ -26,7 +26,7 @@ from pathlib import Path
 import nbformat
 from nbclient.exceptions import DeadKernelError
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
-from traitlets import Enum, Integer, Unicode
+from traitlets import Enum, Float, Integer, Unicode
 
 from attnlib.checks.protocol import EXCHANGE_ENV, TAMPER_TAG, process_state
 from attnlib.course.grader.judging import clear_inputs, clear_outputs, judge, write_inputs
@@ -138,6 +138,9 @@ class ResilientExecute(Execute):
     # A graded kernel's state is thrown away: kill it at once rather than wait (~2.5 s per
     # submission) for a graceful exit of the sandboxed process.
     shutdown_kernel = Enum(["graceful", "immediate"], default_value="immediate").tag(config=True)
+    after_timeout_iopub = Float(
+        1.0, help="Seconds to wait for a timed-out cell's last outputs after the interrupt"
+    ).tag(config=True)
     max_output_bytes = Integer(
         4 * 2**20, help="Bytes of output kept per cell while it runs (errors always kept)"
     ).tag(config=True)
@@ -259,14 +262,34 @@ class ResilientExecute(Execute):
             km.kernel_spec.env = env
         return km
 
-    def _run_quietly(self, source: str, index: int, timeout: int | None) -> nbformat.NotebookNode:
-        cell = nbformat.v4.new_code_cell(source)
-        saved, original = self.timeout, self.nb.cells[index]
+    async def _async_handle_timeout(self, timeout, cell=None):
+        """nbclient's interrupt after a timeout, then a short wait for the cell's last outputs.
+
+        The cell scores nothing either way; a kernel that ignores the interrupt would
+        otherwise hold the class for nbclient's whole ``iopub_timeout`` (4 s), twice: after
+        the cell and after the probe. :meth:`_one_cell` puts the setting back.
+        """
+        reply = await super()._async_handle_timeout(timeout, cell)
+        self.iopub_timeout = min(self.iopub_timeout, self.after_timeout_iopub)
+        return reply
+
+    @contextlib.contextmanager
+    def _one_cell(self, timeout: int | None):
+        """Run one execution with ``timeout``; the limits are restored after it."""
+        saved = self.timeout, self.iopub_timeout
         self.timeout = timeout
         try:
-            self.execute_cell(cell, index, store_history=False)
+            yield
         finally:
-            self.timeout = saved
+            self.timeout, self.iopub_timeout = saved
+
+    def _run_quietly(self, source: str, index: int, timeout: int | None) -> nbformat.NotebookNode:
+        cell = nbformat.v4.new_code_cell(source)
+        original = self.nb.cells[index]
+        try:
+            with self._one_cell(timeout):
+                self.execute_cell(cell, index, store_history=False)
+        finally:
             self.nb.cells[index] = original  # nbclient stores the executed cell at index
         return cell
 
@@ -322,7 +345,8 @@ class ResilientExecute(Execute):
 
     def _execute(self, cell, resources, index):
         try:
-            cell, resources = super().preprocess_cell(cell, resources, index)
+            with self._one_cell(self.timeout):
+                cell, resources = super().preprocess_cell(cell, resources, index)
         except DeadKernelError:
             self._died(cell, index)
             return cell, self.resources
