@@ -72,7 +72,7 @@ def pytest_collection_modifyitems(config, items):
 
     Grading is by far the longest work. Under `make test` (xdist with `--dist loadscope
     --no-loadscope-reorder`) each of that file's classes grades its own course and is one
-    unit of work, so both workers start grading at once and then share out the rest,
+    unit of work, so the workers start grading at once and then share out the rest,
     instead of one worker grading while the other waits behind files with more (shorter)
     tests.
     """
