@@ -307,3 +307,18 @@ def test_after_a_timeout_the_wait_for_last_outputs_is_short_and_then_restored(mo
         asyncio.run(ex._async_handle_timeout(6))
         assert interrupted == [6] and ex.iopub_timeout == ex.after_timeout_iopub
     assert (ex.timeout, ex.iopub_timeout) == before  # the next cell waits as usual
+
+
+def test_a_cell_too_deep_to_compile_is_refused_before_the_kernel_stalls_on_it():
+    deep = "if False:\n    y = x" + ".a" * 3000 + "\n"
+    why = execution.too_deep_to_compile(deep)
+    assert why is not None and why.startswith("RecursionError: this cell is nested too deeply")
+    for fine in (
+        "x = 1\n",
+        "%time y = sum(range(10))\n",  # magics are transformed first
+        "!echo hi\n",
+        "await something()\n",  # IPython runs top-level await
+        "def f(:\n",  # a SyntaxError is the kernel's to report
+        "y = x" + ".a" * 100 + "\n",
+    ):
+        assert execution.too_deep_to_compile(fine) is None, fine

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import os
 import re
@@ -62,6 +63,29 @@ def split_hidden(source: str) -> tuple[str, str] | None:
     if not regions:
         return None
     return _HIDDEN_REGION.sub("", source), "\n".join(regions)
+
+
+def too_deep_to_compile(source: str) -> str | None:
+    """Why Python cannot compile the cell ``source`` (nested too deeply), or None.
+
+    IPython stalls on such a cell (its check for top-level ``await`` compiles it, and the
+    RecursionError leaves the request unanswered), so the grader does not send it: the cell
+    gets an error at once instead of running to its time limit. Anything else that does
+    not compile (a SyntaxError) is left to the kernel, which reports it as usual.
+    """
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    try:
+        code = TransformerManager().transform_cell(source)  # %magics and !commands
+        compile(code, "<cell>", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+    except (RecursionError, MemoryError) as err:
+        return (
+            f"{type(err).__name__}: this cell is nested too deeply for Python to compile it; "
+            "it was not run (a kernel stalls on such a cell)"
+        )
+    except Exception:  # noqa: BLE001 - the kernel shows the learner what is wrong
+        return None
+    return None
 
 
 def _process_tree(root: int) -> dict[int, str]:
@@ -344,6 +368,12 @@ class ResilientExecute(Execute):
             self._restart_and_replay(index)
 
     def _execute(self, cell, resources, index):
+        refused = too_deep_to_compile(cell.source)
+        if refused is not None:
+            ename, evalue = refused.split(": ", 1)
+            cell.outputs = [_error_output(ename, evalue)]
+            cell.execution_count = None
+            return cell, self.resources
         try:
             with self._one_cell(self.timeout):
                 cell, resources = super().preprocess_cell(cell, resources, index)
