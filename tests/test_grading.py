@@ -4,7 +4,7 @@ Each class grades its own course in ONE ``autograde`` run (tests/grading_course.
 and grades it; its class-scoped fixture ``graded``): the hostile and honest submissions,
 every graded lesson in shards of a few lessons, and the old scenarios with nbgrader's
 exchange. ``make test`` distributes by class (``--dist loadscope``), so the courses are
-graded on both workers at once. What every course must satisfy (no hidden test in any
+graded on all workers at once. What every course must satisfy (no hidden test in any
 feedback, the export plugin's rows) is checked for each, in :class:`EveryCourse`.
 """
 

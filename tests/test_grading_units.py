@@ -284,7 +284,7 @@ def test_kernel_threads_follow_the_graders_own_setting(monkeypatch):
     for ignored in ("", "0", "two"):
         monkeypatch.setenv("OMP_NUM_THREADS", ignored)
         assert ag.kernel_threads(2) == 2
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # make test: two workers share two cores
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # make test: three workers share two cores
     assert [ag.kernel_threads(j) for j in (1, 2, 8)] == [1, 1, 1]
 
 
