@@ -79,8 +79,9 @@ def too_deep_to_compile(source: str) -> str | None:
         code = TransformerManager().transform_cell(source)  # %magics and !commands
         compile(code, "<cell>", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
     except (RecursionError, MemoryError) as err:
+        ename = "RecursionError" if isinstance(err, RecursionError) else "MemoryError"
         return (
-            f"{type(err).__name__}: this cell is nested too deeply for Python to compile it; "
+            f"{ename}: this cell is nested too deeply for Python to compile it; "
             "it was not run (a kernel stalls on such a cell)"
         )
     except Exception:  # noqa: BLE001 - the kernel shows the learner what is wrong
