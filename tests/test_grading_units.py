@@ -311,8 +311,8 @@ def test_after_a_timeout_the_wait_for_last_outputs_is_short_and_then_restored(mo
 
 def test_a_cell_too_deep_to_compile_is_refused_before_the_kernel_stalls_on_it():
     deep = "if False:\n    y = x" + ".a" * 3000 + "\n"
-    why = execution.too_deep_to_compile(deep)
-    assert why is not None and why.startswith("RecursionError: this cell is nested too deeply")
+    ename, evalue = execution.too_deep_to_compile(deep)
+    assert ename == "RecursionError" and evalue.startswith("this cell is nested too deeply")
     for fine in (
         "x = 1\n",
         "%time y = sum(range(10))\n",  # magics are transformed first

@@ -65,8 +65,8 @@ def split_hidden(source: str) -> tuple[str, str] | None:
     return _HIDDEN_REGION.sub("", source), "\n".join(regions)
 
 
-def too_deep_to_compile(source: str) -> str | None:
-    """Why Python cannot compile the cell ``source`` (nested too deeply), or None.
+def too_deep_to_compile(source: str) -> tuple[str, str] | None:
+    """``(ename, evalue)`` if Python cannot compile the cell ``source`` (nested too deeply).
 
     IPython stalls on such a cell (its check for top-level ``await`` compiles it, and the
     RecursionError leaves the request unanswered), so the grader does not send it: the cell
@@ -80,8 +80,8 @@ def too_deep_to_compile(source: str) -> str | None:
         compile(code, "<cell>", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
     except (RecursionError, MemoryError) as err:
         ename = "RecursionError" if isinstance(err, RecursionError) else "MemoryError"
-        return (
-            f"{ename}: this cell is nested too deeply for Python to compile it; "
+        return ename, (
+            "this cell is nested too deeply for Python to compile it; "
             "it was not run (a kernel stalls on such a cell)"
         )
     except Exception:  # noqa: BLE001 - the kernel shows the learner what is wrong
@@ -299,10 +299,11 @@ class ResilientExecute(Execute):
         return reply
 
     @contextlib.contextmanager
-    def _one_cell(self, timeout: int | None):
-        """Run one execution with ``timeout``; the limits are restored after it."""
+    def _one_cell(self, timeout: int | None = None):
+        """One execution (under ``timeout`` if given); the limits are restored after it."""
         saved = self.timeout, self.iopub_timeout
-        self.timeout = timeout
+        if timeout is not None:
+            self.timeout = timeout
         try:
             yield
         finally:
@@ -371,12 +372,11 @@ class ResilientExecute(Execute):
     def _execute(self, cell, resources, index):
         refused = too_deep_to_compile(cell.source)
         if refused is not None:
-            ename, evalue = refused.split(": ", 1)
-            cell.outputs = [_error_output(ename, evalue)]
+            cell.outputs = [_error_output(*refused)]
             cell.execution_count = None
             return cell, self.resources
         try:
-            with self._one_cell(self.timeout):
+            with self._one_cell():
                 cell, resources = super().preprocess_cell(cell, resources, index)
         except DeadKernelError:
             self._died(cell, index)
