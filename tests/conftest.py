@@ -5,18 +5,25 @@ Nothing here is autouse: each test file asks for what it needs.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+from nbgrader import api as nbgrader_api
 
 from attnlib.course.grader import answer_keys
 
 # The test process judges hidden cases as the grader does, so it holds the grader's answer
 # keys (lesson 05's statements); a learner's kernel never has them (tests/test_kv_prediction.py).
 answer_keys.install()
+
+# nbgrader asks `alembic heads` in a subprocess (0.85 s) for every new gradebook; the answer is
+# a constant of the installed nbgrader, so each test process asks once (a grading course
+# creates its gradebook in the test process).
+nbgrader_api.get_alembic_version = functools.cache(nbgrader_api.get_alembic_version)
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
