@@ -10,11 +10,12 @@ PYTEST_ARGS ?=
 # JupyterLab refuses to run as root without --allow-root (containers, CI, JupyterHub images).
 ROOT_FLAG := $(shell [ "$$(id -u)" = "0" ] && echo --allow-root)
 
-.PHONY: help setup lab lab-staff test test-regenerate lint unit notebooks student release autograde feedback report bench execute slides html clean
+.PHONY: help setup lab lab-staff hub hub-remove test test-regenerate lint unit notebooks student release autograde feedback report bench execute slides html clean
 
 help:
 	@echo "make lab        set up .venv (first time) and open JupyterLab on your copies of the lessons (workbook/)"
 	@echo "make lab-staff  JupyterLab on the instructor lessons (notebooks/) with nbgrader's tools"
+	@echo "make hub        the class hub on http://127.0.0.1:8000: accounts from hub/roster.csv, nbgrader's exchange (root)"
 	@echo "make test       set up .venv, lint, then unit tests + every notebook under strict nbval"
 	@echo "make test-regenerate   retrain the shipped models from scratch (CI's second stage)"
 	@echo "make student    write student versions of the lessons into workbook/ (never overwrites your edits)"
@@ -51,6 +52,16 @@ lab-staff: setup
 	JUPYTER_CONFIG_PATH="$(CURDIR)/jupyter/staff$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
 	  $(BIN)/jupyter lab $(ROOT_FLAG) --port=$(PORT) --ServerApp.root_dir=. \
 	  --LabApp.default_url=/lab/tree/notebooks/00_welcome.ipynb
+
+# The class hub (README "A class on JupyterHub"): JupyterHub with the roster's accounts
+# (hub/roster.csv, made as system users), nbgrader's exchange (/srv/nbgrader/exchange) and
+# hub/jupyterhub_config.py. Needs root (it creates accounts and starts servers as them).
+# KV_HUB_PORT=8001 moves it; `make hub-remove` deletes the accounts it made.
+hub: setup node_modules/.package-lock.json
+	$(BIN)/python -m attnlib.course.hub start
+
+hub-remove: setup
+	$(BIN)/python -m attnlib.course.hub remove
 
 lint: setup
 	$(BIN)/ruff check .
