@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 # JupyterLab refuses to run as root without --allow-root (containers, CI, JupyterHub images).
 ROOT_FLAG := $(shell [ "$$(id -u)" = "0" ] && echo --allow-root)
 
-.PHONY: help setup lab lab-staff hub hub-remove test test-regenerate lint unit notebooks student release autograde feedback report bench execute slides html clean
+.PHONY: help setup lab lab-staff hub hub-remove test test-regenerate lint unit notebooks student release autograde feedback canvas report bench execute slides html clean
 
 help:
 	@echo "make lab        set up .venv (first time) and open JupyterLab on your copies of the lessons (workbook/)"
@@ -22,6 +22,7 @@ help:
 	@echo "make release    nbgrader: build student releases of the graded lessons"
 	@echo "make autograde  nbgrader: grade submitted/ (each kernel sandboxed; JOBS=N at once) and export grades.csv"
 	@echo "make feedback   nbgrader: feedback HTML for every graded submission into feedback/"
+	@echo "make canvas     grades.csv in Canvas's gradebook-import layout: canvas_grades.csv (+ canvas_review.csv)"
 	@echo "make report     class misconception report of autograded/ into build/report/ (HTML + CSV)"
 	@echo "make bench      print the performance table"
 	@echo "make slides     reveal.js decks of every lesson into build/slides/ (offline; needs npm)"
@@ -108,6 +109,13 @@ autograde: setup
 
 feedback: setup
 	$(BIN)/python -m attnlib.course.gradebook feedback
+
+# Canvas's gradebook-import CSV from grades.csv: canvas_grades.csv, and canvas_review.csv
+# (FLAGGED / NOT GRADED cells, left blank). ROSTER=... CANVAS_IDS="03_attention=4101 ...".
+ROSTER ?= hub/roster.csv
+CANVAS_IDS ?=
+canvas: setup
+	$(BIN)/python -m attnlib.course.gradebook canvas --roster $(ROSTER) $(foreach i,$(CANVAS_IDS),--assignment-id $(i))
 
 report: setup
 	$(BIN)/python -m attnlib.course.report

@@ -6,6 +6,8 @@
     python -m attnlib.course.gradebook feedback     # feedback/<student>/<lesson>/<lesson>.html
     python -m attnlib.course.gradebook validate     # nbgrader validate on every source lesson,
                                                     # validate --invert on every release
+    python -m attnlib.course.gradebook canvas       # grades.csv -> canvas_grades.csv (Canvas's
+                                                    # import layout) + canvas_review.csv
 
 ``make release``, ``make autograde`` and ``make feedback`` call these (through
 :mod:`attnlib.course.gradebook`, which runs :func:`main`).
@@ -17,6 +19,7 @@ import argparse
 from pathlib import Path
 
 from attnlib.course.grader.autograde import autograde
+from attnlib.course.grader.canvas import canvas_export
 from attnlib.course.grader.course import build_source, release, validate
 from attnlib.course.grader.export import export, feedback
 from attnlib.course.lessons import course_root
@@ -29,7 +32,8 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "command", choices=["build", "release", "autograde", "export", "feedback", "validate"]
+        "command",
+        choices=["build", "release", "autograde", "export", "feedback", "validate", "canvas"],
     )
     parser.add_argument("names", nargs="*", help="lessons (default: every graded lesson)")
     parser.add_argument("--course", type=Path, default=None, help="nbgrader course folder")
@@ -45,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="grade without bubblewrap (learners' kernels can reach the course folder)",
     )
+    _canvas_arguments(parser)
     args = parser.parse_args(argv)
     if args.course is None:
         args.course = course_root()
@@ -71,6 +76,45 @@ def main(argv: list[str] | None = None) -> int:
         export(args.course, args.to)
     elif args.command == "feedback":
         feedback(args.course)
+    elif args.command == "canvas":
+        return _canvas(args, parser)
     elif args.command == "validate":
         return 0 if validate(args.course, args.notebooks) else 1
+    return 0
+
+
+def _canvas_arguments(parser) -> None:
+    parser.add_argument(
+        "--roster", type=Path, default=None, help="canvas: the roster (default hub/roster.csv)"
+    )
+    parser.add_argument(
+        "--assignment-id",
+        action="append",
+        default=[],
+        metavar="LESSON=ID",
+        help="canvas: the Canvas assignment id of a lesson (its column becomes 'LESSON (ID)')",
+    )
+
+
+def _canvas(args, parser) -> int:
+    from attnlib.course.hub import RosterError, read_roster
+
+    ids = {}
+    for item in args.assignment_id:
+        lesson, sep, canvas_id = item.partition("=")
+        if not sep or not lesson or not canvas_id.isdigit():
+            parser.error(f"--assignment-id {item!r}: expected LESSON=ID, e.g. 03_attention=4101")
+        ids[lesson] = canvas_id
+    roster_path = args.roster or args.course / "hub" / "roster.csv"
+    try:
+        people = read_roster(roster_path).learners
+        canvas_export(
+            args.course / "grades.csv",
+            people,
+            args.to or args.course / "canvas_grades.csv",
+            assignment_ids=ids,
+        )
+    except (RosterError, FileNotFoundError, ValueError) as err:
+        print(f"canvas: {err}")
+        return 2
     return 0
