@@ -448,10 +448,26 @@ def collect(course: Path, lesson: str, exchange: Path | str, roster: Roster,
             problem = f"no {lesson}.ipynb in it (it holds {held}): a notebook with the wrong name"
         if problem:
             _refuse(entry, f"{student}'s submission {problem}", refused, echo)
-    _run_exchange(_exchange_config(course, exchange), ExchangeCollect, lesson, update=True)
+    cfg = _exchange_config(course, exchange)
+    _run_exchange(cfg, ExchangeCollect, lesson, update=True)
+    _enrol(cfg, roster)
     got = sorted(p.parent.name for p in (Path(course) / "submitted").glob(f"*/{lesson}"))
     echo(f"collected {lesson}: {len(got)} learner(s); {len(refused)} submission(s) refused")
     return refused
+
+
+def _enrol(cfg, roster: Roster) -> None:
+    """Every learner of the roster in the gradebook, so that one who never submitted gets a
+    ``no submission`` row (0) in grades.csv instead of no row at all."""
+    from nbgrader.api import Gradebook
+
+    from attnlib.course.grader.course import db_url
+
+    with Gradebook(db_url(cfg)) as gb:
+        for p in roster.learners:
+            last, _, first = p.name.partition(", ")
+            gb.update_or_create_student(p.username, last_name=last or None,
+                                        first_name=first or None)
 
 
 def _uid_known(uid: int) -> bool:
