@@ -75,7 +75,8 @@ def python() -> str:
 
 
 def pytest_collection_modifyitems(config, items):
-    """The sandboxed grading courses (tests/test_grading.py) first, the rest in their order.
+    """The sandboxed grading courses (tests/test_grading.py) and the class hub
+    (tests/test_hub.py) first, the rest in their order.
 
     Grading is by far the longest work. Under `make test` (xdist with `--dist loadscope
     --no-loadscope-reorder`) each of that file's classes grades its own course and is one
@@ -83,4 +84,5 @@ def pytest_collection_modifyitems(config, items):
     instead of one worker grading while the other waits behind files with more (shorter)
     tests.
     """
-    items.sort(key=lambda item: item.nodeid.split("::")[0] != "tests/test_grading.py")
+    first = {"tests/test_grading.py": 0, "tests/test_hub.py": 1}  # the class hub: ~90 s
+    items.sort(key=lambda item: first.get(item.nodeid.split("::")[0], 2))

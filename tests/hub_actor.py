@@ -30,7 +30,9 @@ sys.path.insert(0, str(TESTS))
 import nbformat  # noqa: E402
 from nbfixtures import reference_source, set_solution  # noqa: E402
 
-from attnlib.course import hub  # noqa: E402
+# A learner's steps import neither attnlib nor torch (attnlib.course.hub would): the
+# instructor's do (hub.release, hub.collect...), each where it needs them.
+COURSE_ID = "key-vectors"
 
 A = "01_fixture"
 WRONG_ATTEND = "def attend(q, k, v, mask=None):\n    return q, k\n"
@@ -53,7 +55,7 @@ def _config(exchange: str, who: str):
     from traitlets.config import Config
 
     cfg = Config()
-    cfg.CourseDirectory.course_id = hub.COURSE_ID
+    cfg.CourseDirectory.course_id = COURSE_ID
     cfg.Exchange.root = exchange
     return cfg
 
@@ -108,7 +110,7 @@ def learn(args: dict) -> dict:
                                     "hostile": hostile}[kind])
     result = {"user": os.environ["USER"], "uid": os.getuid()}
     if kind == "hostile":  # a submission folder in another learner's name, with full marks
-        inbound = Path(exchange) / hub.COURSE_ID / "inbound"
+        inbound = Path(exchange) / COURSE_ID / "inbound"
         forged = inbound / f"{args['victim']}+{A}+2099-01-01 00:00:00.000000 UTC+forged"
         forged.mkdir()
         nb = nbformat.read(Path.home() / A / f"{A}.ipynb", as_version=4)
@@ -124,6 +126,8 @@ def learn(args: dict) -> dict:
 
 
 def release(args: dict) -> dict:
+    from attnlib.course import hub
+
     hub.release(Path(args["course"]), Path(args["notebooks"]), A, args["exchange"],
                 echo=lambda *_: None)
     refused_twice = ""
@@ -137,6 +141,7 @@ def release(args: dict) -> dict:
 def grade(args: dict) -> dict:
     from nbgrader.api import Gradebook
 
+    from attnlib.course import hub
     from attnlib.course.grader.autograde import autograde
     from attnlib.course.grader.course import db_url, load_config
 
@@ -145,12 +150,15 @@ def grade(args: dict) -> dict:
     with Gradebook(db_url(load_config(course))) as gb:
         gb.update_or_create_assignment(A, duedate=args["due"])
     lines: list[str] = []
+    t_start = time.perf_counter()
     refused = hub.collect(course, A, exchange, roster, echo=lines.append)
     t0 = time.perf_counter()
     autograde(course, Path(args["notebooks"]), timeout=60, timeouts={A: 6}, jobs=2,
               echo=lines.append)
-    seconds = time.perf_counter() - t0
+    seconds = {"collect": t0 - t_start, "autograde": time.perf_counter() - t0}
+    t0 = time.perf_counter()
     hub.return_feedback(course, A, exchange, echo=lines.append)
+    seconds["feedback"] = time.perf_counter() - t0
     with Gradebook(db_url(load_config(course))) as gb:
         late = {s.student.id: s.total_seconds_late for s in gb.assignment_submissions(A)}
     with open(course / "grades.csv", newline="") as fh:
