@@ -92,14 +92,15 @@ def free_port_block(n: int = 3) -> int:
 class ClassHub:
     """The accounts, the exchange, the running hub, and a way to act as each account."""
 
-    def __init__(self, base: Path):
-        self.base = base
+    def __init__(self, base: Path, learners: dict[str, str] = LEARNERS,
+                 instructor: str = INSTRUCTOR):
+        self.base, self.learners, self.instructor = base, learners, instructor
         self.homes, self.exchange = base / "home", base / "exchange"
         self.state, self.notebooks = base / "state", base / "notebooks"
         self.roster_path = base / "roster.csv"
         lines = ["username,role,name,section,canvas_id,sis_user_id,sis_login_id",
-                 f"{INSTRUCTOR},instructor,\"Hopper, Grace\",,,,"]
-        for i, (kind, user) in enumerate(LEARNERS.items()):
+                 f"{instructor},instructor,\"Hopper, Grace\",,,,"]
+        for i, (kind, user) in enumerate(learners.items()):
             lines.append(f"{user},learner,\"{kind.title()}, Learner\",A,{2000 + i},S{i},{kind}")
         self.roster_path.write_text("\n".join(lines) + "\n")
         self.roster = hub.read_roster(self.roster_path)
@@ -115,7 +116,7 @@ class ClassHub:
 
     @property
     def course(self) -> Path:
-        return self.home(INSTRUCTOR) / hub.COURSE_ID
+        return self.home(self.instructor) / hub.COURSE_ID
 
     def view(self, argv: list[str]) -> list[str]:
         return hub.private_view(argv, [hub.python_prefix(), ROOT], self.base / "view")
@@ -141,7 +142,7 @@ class ClassHub:
     # -- the hub -------------------------------------------------------------------------------
     def start(self) -> None:
         hub.ensure_accounts(self.roster, self.homes, echo=lambda *_: None)
-        hub.prepare_exchange(self.exchange, INSTRUCTOR)
+        hub.prepare_exchange(self.exchange, self.instructor)
         hub.instructor_course(self.roster.instructors[0], self.homes)
         hub.hub_state(self.state, self.roster)
         env = dict(os.environ, KV_HUB_ROSTER=str(self.roster_path), KV_EXCHANGE=str(self.exchange),
