@@ -5,9 +5,11 @@ A roster of one instructor and six learners becomes system accounts (removed aft
 when the test fails). The hub starts; the instructor releases the first fixture lesson
 (tests/nbfixtures.py) and a second release of it is refused. The learners:
 
-* ``honest`` works through the hub: the hub's REST API starts their server, and the server's
-  nbgrader Assignments handlers fetch and submit (the contents API writes the answer); their
-  server is then stopped mid-flow and started again to fetch the feedback;
+* ``honest`` works through the hub: signs in on the hub's login page in headless Chromium
+  (the hub starts their server), opens the Assignments panel and presses Fetch; the answer is
+  written through the server's contents API and submitted through its nbgrader handlers; their
+  server is then stopped mid-flow, started again through the hub's REST API, and fetches the
+  feedback (without Chromium the REST API starts the server and the handlers fetch);
 * ``wrong`` (softmax right, attend wrong), ``hostile`` (a solution cell that reaches for the
   gradebook and other homes, and a forged submission folder in ``wrong``'s name), ``resub``
   (hands in the stubs, then the answer: the latest counts) submit before the due date;
@@ -45,6 +47,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from chromium import find_chromium
 from conftest import ROOT, project_python
 from grading_course import NO_SANDBOX
 from nbfixtures import LESSONS, reference_source, set_solution, write_lessons
@@ -212,8 +215,9 @@ def through_the_hub(h: ClassHub, user: str) -> None:
     """Fetch, answer and submit as ``user`` through their hub server's nbgrader handlers."""
     base = f"/user/{user}"
     ids = {"course_id": hub.COURSE_ID, "assignment_id": A}
-    _, listing = h.api("POST", f"{base}/assignments/fetch", ids)
-    assert listing["success"], listing
+    if not (h.home(user) / A).exists():
+        _, listing = h.api("POST", f"{base}/assignments/fetch", ids)
+        assert listing["success"], listing
     path = f"{base}/api/contents/{A}/{A}.ipynb"
     _, model = h.api("GET", path)
     nb = nbformat.from_dict(model["content"])
@@ -224,6 +228,70 @@ def through_the_hub(h: ClassHub, user: str) -> None:
     assert status in (200, 201)
     _, listing = h.api("POST", f"{base}/assignments/submit", ids)
     assert listing["success"], listing
+
+
+def _wait_js(page, condition: str, timeout: float) -> None:
+    """Poll a JavaScript condition (a page that is navigating may not answer for a while)."""
+    from chromium import ProtocolError
+
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout:
+        try:
+            if page.evaluate(f"Boolean({condition})", timeout=10):
+                return
+        except (ProtocolError, TimeoutError):
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"the page never showed {condition}; at {page.evaluate('location.href')}")
+
+
+def _click(page, selector: str, text: str) -> None:
+    """A real mouse click (DevTools input events) on the element with this visible text."""
+    box = page.evaluate(
+        f"(() => {{ const e = [...document.querySelectorAll({json.dumps(selector)})]"
+        f".find(x => x.innerText.trim() === {json.dumps(text)}); if (!e) return null;"
+        " const r = e.getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; })()"
+    )
+    assert box, f"no {selector} reading {text!r}"
+    for kind in ("mousePressed", "mouseReleased"):
+        page.send("Input.dispatchMouseEvent", {"type": kind, "x": box[0], "y": box[1],
+                                               "button": "left", "clickCount": 1})
+
+
+def in_the_browser(h: ClassHub, user: str) -> bytes:
+    """As ``user`` in headless Chromium: sign in on the hub's login page (the hub starts the
+    server), open the Assignments panel (Nbgrader menu > Assignment List) and press Fetch.
+    Returns a screenshot of the panel after the fetch."""
+    from chromium import Chromium, find_chromium
+
+    password = (h.state / "learner_password").read_text().strip()
+    with Chromium(find_chromium(), timeout=120) as browser:
+        page = browser.new_page(1280, 800)
+        page.goto(f"{h.url}/hub/login", timeout=60)
+        page.evaluate(
+            f"(() => {{ document.querySelector('#username_input').value = {json.dumps(user)};"
+            f" document.querySelector('#password_input').value = {json.dumps(password)};"
+            " document.querySelector('form').submit(); return true; })()"
+        )
+        _wait_js(page, f"location.pathname.startsWith('/user/{user}/lab') && "
+                 "[...document.querySelectorAll('.lm-MenuBar-itemLabel')]"
+                 ".some(e => e.innerText.trim() === 'Nbgrader')", 120)
+        _click(page, ".lm-MenuBar-itemLabel", "Nbgrader")
+        _wait_js(page, "[...document.querySelectorAll('.lm-Menu-itemLabel')]"
+                 ".some(e => e.innerText.trim() === 'Assignment List')", 20)
+        _click(page, ".lm-Menu-itemLabel", "Assignment List")
+        _wait_js(page, "[...document.querySelectorAll('button')]"
+                 ".some(b => b.innerText.trim() === 'Fetch')", 60)
+        _click(page, "button", "Fetch")
+        fetched = h.home(user) / A / f"{A}.ipynb"
+        for _ in range(300):
+            if fetched.exists():
+                break
+            time.sleep(0.1)
+        assert fetched.exists(), "the Fetch button fetched nothing"
+        _wait_js(page, "[...document.querySelectorAll('button')]"
+                 ".some(b => b.innerText.trim() === 'Submit')", 30)
+        return page.screenshot()
 
 
 def run_class(h: ClassHub) -> dict:
@@ -245,14 +313,17 @@ def run_class(h: ClassHub) -> dict:
     out = {"release": h.result(release)}
     phase("accounts + hub + release (s)")
 
-    h.spawn(LEARNERS["honest"])
     others = [str(h.home(u)) for u in LEARNERS.values() if u != LEARNERS["hostile"]]
     gradebook = str(h.course / "gradebook.db")
     procs = {k: h.act(LEARNERS[k], "learn", kind=k, exchange=str(h.exchange),
                       gradebook=gradebook, others=others, victim=LEARNERS["wrong"])
              for k in ("wrong", "hostile", "resub")}
-    h.wait_ready(LEARNERS["honest"])
-    t["honest's server ready (s)"] = round(time.perf_counter() - clock[0], 1)
+    if find_chromium():  # signs in, the hub starts the server, the panel fetches
+        out["screenshot"] = in_the_browser(h, LEARNERS["honest"])
+    else:  # no browser here: the hub's REST API starts the server
+        h.spawn(LEARNERS["honest"])
+        h.wait_ready(LEARNERS["honest"])
+    t["honest signed in and fetched (s)"] = round(time.perf_counter() - clock[0], 1)
     through_the_hub(h, LEARNERS["honest"])
     h.stop_server(LEARNERS["honest"])  # stopped mid-flow; started again for the feedback
     out["learn"] = {k: h.result(p) for k, p in procs.items()}
@@ -337,6 +408,16 @@ def test_each_step_ran_as_its_own_account(class_hub):
         assert res["uid"] == uid[LEARNERS[kind]]
     for kind, res in out["feedback"].items():
         assert res["uid"] == uid[LEARNERS[kind]]
+
+
+def test_one_learner_signed_in_and_fetched_in_a_real_browser(class_hub):
+    if not find_chromium():
+        pytest.skip("no Chromium: the learner's server was started through the REST API")
+    png = class_hub.out["screenshot"]
+    assert png.startswith(b"\x89PNG")
+    shot = Path(tempfile.gettempdir()) / "kv-hub-assignments.png"
+    shot.write_bytes(png)
+    print(f"screenshot of the Assignments panel after Fetch: {shot}")
 
 
 def test_a_lesson_released_twice_is_refused(class_hub):
