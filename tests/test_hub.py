@@ -242,7 +242,10 @@ def _wait_js(page, condition: str, timeout: float) -> None:
         except (ProtocolError, TimeoutError):
             pass
         time.sleep(0.2)
-    raise AssertionError(f"the page never showed {condition}; at {page.evaluate('location.href')}")
+    shot = Path(tempfile.gettempdir()) / "kv-hub-browser-failed.png"
+    shot.write_bytes(page.screenshot())
+    raise AssertionError(f"the page never showed {condition}; at "
+                         f"{page.evaluate('location.href')} (screenshot: {shot})")
 
 
 def _click(page, selector: str, text: str) -> None:
@@ -253,7 +256,7 @@ def _click(page, selector: str, text: str) -> None:
         " const r = e.getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; })()"
     )
     assert box, f"no {selector} reading {text!r}"
-    for kind in ("mousePressed", "mouseReleased"):
+    for kind in ("mouseMoved", "mousePressed", "mouseReleased"):
         page.send("Input.dispatchMouseEvent", {"type": kind, "x": box[0], "y": box[1],
                                                "button": "left", "clickCount": 1})
 
@@ -274,11 +277,19 @@ def in_the_browser(h: ClassHub, user: str) -> bytes:
             " document.querySelector('form').submit(); return true; })()"
         )
         _wait_js(page, f"location.pathname.startsWith('/user/{user}/lab') && "
+                 "!document.querySelector('#jupyterlab-splash') && "
                  "[...document.querySelectorAll('.lm-MenuBar-itemLabel')]"
                  ".some(e => e.innerText.trim() === 'Nbgrader')", 120)
-        _click(page, ".lm-MenuBar-itemLabel", "Nbgrader")
-        _wait_js(page, "[...document.querySelectorAll('.lm-Menu-itemLabel')]"
-                 ".some(e => e.innerText.trim() === 'Assignment List')", 20)
+        item = ("[...document.querySelectorAll('.lm-Menu-itemLabel')]"
+                ".some(e => e.innerText.trim() === 'Assignment List')")
+        for _ in range(10):  # Lab may still be wiring its menus when it first shows them
+            _click(page, ".lm-MenuBar-itemLabel", "Nbgrader")
+            try:
+                _wait_js(page, item, 3)
+                break
+            except AssertionError:
+                continue
+        _wait_js(page, item, 1)
         _click(page, ".lm-Menu-itemLabel", "Assignment List")
         _wait_js(page, "[...document.querySelectorAll('button')]"
                  ".some(b => b.innerText.trim() === 'Fetch')", 60)
