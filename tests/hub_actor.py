@@ -168,10 +168,10 @@ def grade(args: dict) -> dict:
 
 
 def feedback(args: dict) -> dict:
-    from nbgrader.exchange.default import ExchangeFetchFeedback
-
     home = Path.home()
     if args.get("fetch", True):
+        from nbgrader.exchange.default import ExchangeFetchFeedback
+
         _learner_app(ExchangeFetchFeedback, args["exchange"], home)
     pages = sorted(str(p) for p in (home / A / "feedback").glob("*/*.html"))
     probes = {}
