@@ -7,7 +7,8 @@ Prints one line ``RESULT {json}``. Actions:
 
 * ``release``  (instructor) the fixture lesson's student version into the exchange;
 * ``learn``    (a learner) fetch through nbgrader's exchange, write the work the learner's
-  ``kind`` says (honest, wrong, hostile, late, resub), submit; a hostile learner also forges
+  ``kind`` says (honest, wrong, hostile, late, resub,
+  misnamed), submit; a hostile learner also forges
   a submission in another learner's name;
 * ``grade``    (instructor) set the due date, collect (checked), autograde in the sandbox,
   generate and return the feedback; report grades, lateness and refusals;
@@ -101,7 +102,16 @@ def learn(args: dict) -> dict:
         set_solution(nb, "l01-softmax-solution", source)
         set_solution(nb, "l01-attend-solution", reference_source("attend"))
 
-    if kind == "resub":
+    if kind == "misnamed":  # the answer handed in under another file name
+        from nbgrader.exchange.default import ExchangeFetchAssignment, ExchangeSubmit
+
+        _learner_app(ExchangeFetchAssignment, exchange, Path.home())
+        nb = nbformat.read(Path.home() / A / f"{A}.ipynb", as_version=4)
+        honest(nb)
+        nbformat.write(nb, Path.home() / A / "my_answers.ipynb")
+        (Path.home() / A / f"{A}.ipynb").unlink()
+        _learner_app(ExchangeSubmit, exchange, Path.home())
+    elif kind == "resub":
         fetch_and_submit(exchange, lambda nb: None)  # first: the untouched stubs
         time.sleep(1.1)  # nbgrader's timestamps: the second is the later one
         fetch_and_submit(exchange, honest)

@@ -12,7 +12,8 @@ when the test fails). The hub starts; the instructor releases the first fixture 
   feedback (without Chromium the REST API starts the server and the handlers fetch);
 * ``wrong`` (softmax right, attend wrong), ``hostile`` (a solution cell that reaches for the
   gradebook and other homes, and a forged submission folder in ``wrong``'s name), ``resub``
-  (hands in the stubs, then the answer: the latest counts) submit before the due date;
+  (hands in the stubs, then the answer: the latest counts), ``misnamed`` (the answer under
+  another file name: refused at collect, and named) submit before the due date;
 * ``late`` submits after it; ``absent`` never submits.
 
 Each learner step runs as that learner's account (``setpriv``), through nbgrader's exchange.
@@ -59,7 +60,7 @@ A = "01_fixture"
 PROXY = ROOT / "node_modules" / ".bin" / "configurable-http-proxy"
 PREFIX = "kvt-"
 INSTRUCTOR = f"{PREFIX}teach"
-KINDS = ("honest", "wrong", "hostile", "resub", "late", "absent")
+KINDS = ("honest", "wrong", "hostile", "resub", "misnamed", "late", "absent")
 LEARNERS = {k: f"{PREFIX}{k}" for k in KINDS}
 
 pytestmark = [
@@ -328,7 +329,7 @@ def run_class(h: ClassHub) -> dict:
     gradebook = str(h.course / "gradebook.db")
     procs = {k: h.act(LEARNERS[k], "learn", kind=k, exchange=str(h.exchange),
                       gradebook=gradebook, others=others, victim=LEARNERS["wrong"])
-             for k in ("wrong", "hostile", "resub")}
+             for k in ("wrong", "hostile", "resub", "misnamed")}
     if find_chromium():  # signs in, the hub starts the server, the panel fetches
         out["screenshot"] = in_the_browser(h, LEARNERS["honest"])
     else:  # no browser here: the hub's REST API starts the server
@@ -444,12 +445,14 @@ def test_every_grade(class_hub):
         "wrong": ("graded", "1.0"),  # softmax right (1 point), attend wrong (0 of 2)
         "hostile": ("FLAGGED", ""),  # reached for the gradebook: no number, a person looks
         "resub": ("graded", "3.0"),  # the stubs first, the answer later: the latest counts
+        "misnamed": ("no submission", "0.0"),  # refused at collect: the wrong file name
         "late": ("graded", "3.0"),
         "absent": ("no submission", "0.0"),
     }, got
     assert rows[LEARNERS["hostile"]]["needs_review"] == "yes"
     assert "sqlite3" in rows[LEARNERS["hostile"]]["notes"]
-    assert all(rows[u]["sandbox"] == "bubblewrap" for k, u in LEARNERS.items() if k != "absent")
+    assert all(rows[u]["sandbox"] == "bubblewrap" for k, u in LEARNERS.items()
+               if k not in ("absent", "misnamed"))
 
 
 def test_the_late_submission_is_late_and_the_others_are_not(class_hub):
@@ -460,18 +463,26 @@ def test_the_late_submission_is_late_and_the_others_are_not(class_hub):
 
 def test_a_forged_submission_in_another_learners_name_is_refused(class_hub):
     forged = class_hub.out["learn"]["hostile"]["forged"]
-    refused = class_hub.out["grade"]["refused"]
-    assert len(refused) == 1 and refused[0].startswith(forged), refused
+    refused = [r for r in class_hub.out["grade"]["refused"] if r.startswith(forged)]
+    assert len(refused) == 1, class_hub.out["grade"]["refused"]
     assert f"by the account '{LEARNERS['hostile']}'" in refused[0]
     # nor could the forger list the inbound folder to find anyone's real submission
     assert class_hub.out["learn"]["hostile"]["listed_inbound"] is None
+
+
+def test_a_submission_under_the_wrong_file_name_is_refused_and_named(class_hub):
+    refused = class_hub.out["grade"]["refused"]
+    assert len(refused) == 2, refused  # the forgery and this one, nothing else
+    mine = [r for r in refused if r.startswith(LEARNERS["misnamed"] + "+")]
+    assert len(mine) == 1 and f"no {A}.ipynb in it" in mine[0], refused
+    assert "my_answers.ipynb" in mine[0]
 
 
 def test_each_learner_gets_their_own_feedback_and_no_one_elses(class_hub):
     h = class_hub
     for kind, user in LEARNERS.items():
         res = h.out["feedback"][kind]
-        if kind == "absent":
+        if kind in ("absent", "misnamed"):
             assert res["pages"] == []
             continue
         assert len(res["pages"]) >= 1, (kind, res)
@@ -497,7 +508,7 @@ def test_the_class_exports_to_canvas_with_the_flagged_row_blank(class_hub):
     assert header[5:] == [f"{A} (4101)"] and table[0][0] == "Points Possible"
     by_login = {r[3]: r[5] for r in table[1:]}
     assert by_login == {"honest": "3.0", "wrong": "1.0", "hostile": "", "resub": "3.0",
-                        "late": "3.0", "absent": 0}
+                        "misnamed": 0, "late": "3.0", "absent": 0}
     assert [(r["student"], r["status"]) for r in review] == [(LEARNERS["hostile"], "FLAGGED")]
 
 
