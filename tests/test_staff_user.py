@@ -11,7 +11,8 @@ course. The account is removed afterwards.
 
 The interpreter, or the checkout itself, may live under a folder other users cannot enter
 (a pyenv Python under ``/root``, a checkout under a private folder): the run gets a private
-mount namespace in which just those two are made reachable, so nothing on the host changes.
+mount namespace in which just those two are made reachable, so nothing on the host changes
+(``attnlib.course.hub.private_view``, which the class hub uses for the same reason).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, project_python
 from grading_course import NO_SANDBOX
+
+from attnlib.course.hub import private_view
 
 USER = "kvstaff-test"
 
@@ -59,14 +62,6 @@ RUN = textwrap.dedent(
 )
 
 
-def _closed_ancestor(path: Path) -> Path | None:
-    """The first folder above ``path`` that other users cannot enter, if any."""
-    for parent in reversed(path.parents):
-        if parent != Path("/") and not os.stat(parent).st_mode & 0o001:
-            return parent
-    return None
-
-
 def _prefix(python: Path) -> Path:
     out = subprocess.run(
         [str(python), "-c", "import sys; print(sys.base_prefix)"],
@@ -75,22 +70,6 @@ def _prefix(python: Path) -> Path:
         check=True,
     )
     return Path(out.stdout.strip()).resolve()
-
-
-def _reachable(paths: list[Path], stage: Path) -> str:
-    """Shell lines that make each of ``paths`` reachable for another user inside a private
-    mount namespace: every closed ancestor becomes an empty tmpfs (mode 755) that holds
-    just the paths below it, bound back from where they really are."""
-    keep = [(p, _closed_ancestor(p)) for p in paths]
-    keep = [(p, c) for p, c in keep if c is not None]
-    lines = []
-    for i, (p, _) in enumerate(keep):  # first set every path aside...
-        lines.append(f"mkdir -p {stage}/{i} && mount --bind {p} {stage}/{i}")
-    for closed in dict.fromkeys(c for _, c in keep):  # ...then cover each closed folder...
-        lines.append(f"mount -t tmpfs -o mode=755 tmpfs {closed}")
-    for i, (p, _) in enumerate(keep):  # ...and put the paths back on top
-        lines.append(f"mkdir -p {p} && mount --bind {stage}/{i} {p}")
-    return "".join(line + " && " for line in lines)
 
 
 def test_a_non_root_staff_user_grades_and_no_kernel_reaches_another_learners_work():
@@ -104,16 +83,13 @@ def test_a_non_root_staff_user_grades_and_no_kernel_reaches_another_learners_wor
     shutil.chown(work, USER, USER)
     script = work / "run.py"
     script.write_text(RUN.format(tests=str(ROOT / "tests"), work=str(work)))
-    env = f"env -i HOME={work} PATH={python.parent}:/usr/bin:/bin LANG=C.UTF-8"
-    shell = (
-        "set -e; "
-        + _reachable([_prefix(python), ROOT], tmp / "view")
-        + f"cd {work} && exec setpriv --reuid={USER} --regid={USER} --clear-groups "
-        + f"{env} {python} {script}"
-    )
+    env = ["env", "-i", f"HOME={work}", f"PATH={python.parent}:/usr/bin:/bin", "LANG=C.UTF-8"]
+    argv = ["setpriv", f"--reuid={USER}", f"--regid={USER}", "--clear-groups", *env,
+            str(python), str(script)]
     try:
         done = subprocess.run(
-            ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", shell],
+            private_view(argv, [_prefix(python), ROOT], tmp / "view"),
+            cwd=work,
             capture_output=True,
             text=True,
             timeout=300,
