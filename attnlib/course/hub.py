@@ -41,6 +41,9 @@ fixes it (:class:`ExchangeError`).
 ``inbound`` named for one learner but owned by another account (a forged submission), a link,
 a FIFO or a device inside a submission, or a submission without the lesson's notebook (a wrong
 name) is set aside (renamed ``.refused-...``) and reported, never collected.
+
+At module level this imports the standard library only (attnlib's package would load torch):
+the hub's configuration loads this file alone to read the roster (hub/jupyterhub_config.py).
 """
 
 from __future__ import annotations
@@ -59,8 +62,6 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from attnlib.course.lessons import course_root
 
 __all__ = [
     "ACCOUNT_MARK",
@@ -509,6 +510,13 @@ def hub_state(state: Path, roster: Roster) -> dict[str, str]:
             os.chmod(f, 0o600)
         out[name] = f.read_text().strip()
     return out
+
+
+def course_root() -> Path:
+    """The course checkout (:func:`attnlib.course.lessons.course_root`)."""
+    from attnlib.course.lessons import course_root as root
+
+    return root()
 
 
 def instructor_course(person: Person, homes: Path) -> Path:
