@@ -28,14 +28,13 @@ from pathlib import Path
 TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS))
 
-import nbformat  # noqa: E402
-from nbfixtures import reference_source, set_solution  # noqa: E402
-
 # A learner's steps import neither attnlib nor torch (attnlib.course.hub would): the
 # instructor's do (hub.release, hub.collect...), each where it needs them.
 COURSE_ID = "key-vectors"
 
 A = "01_fixture"
+# Imported where needed (nbformat, nbgrader, attnlib): seven learners start a Python each at
+# once, and an import one step does not use costs every one of them.
 WRONG_ATTEND = "def attend(q, k, v, mask=None):\n    return q, k\n"
 HOSTILE = """import sqlite3, os
 for _p in ({gradebook!r},):
@@ -49,7 +48,7 @@ for _d in {others!r}:
         print(os.listdir(_d))
     except Exception as err:
         print('cannot list', _d, type(err).__name__)
-""" + reference_source("softmax")
+"""
 
 
 def _config(exchange: str, who: str):
@@ -74,6 +73,7 @@ def _learner_app(cls, exchange: str, assignment_dir: Path):
 
 
 def fetch_and_submit(exchange: str, edit) -> None:
+    import nbformat
     from nbgrader.exchange.default import ExchangeFetchAssignment, ExchangeSubmit
 
     home = Path.home()
@@ -87,6 +87,9 @@ def fetch_and_submit(exchange: str, edit) -> None:
 
 
 def learn(args: dict) -> dict:
+    import nbformat
+    from nbfixtures import reference_source, set_solution
+
     kind, exchange = args["kind"], args["exchange"]
 
     def honest(nb):
@@ -99,6 +102,7 @@ def learn(args: dict) -> dict:
 
     def hostile(nb):
         source = HOSTILE.format(gradebook=args["gradebook"], others=args["others"])
+        source += reference_source("softmax")
         set_solution(nb, "l01-softmax-solution", source)
         set_solution(nb, "l01-attend-solution", reference_source("attend"))
 
