@@ -132,6 +132,9 @@ def learn(args: dict) -> dict:
         nbformat.write(nb, forged / f"{A}.ipynb")
         (forged / "timestamp.txt").write_text("2099-01-01 00:00:00.000000 UTC")
         result["forged"] = forged.name
+        stranger = inbound / f"kvt-nobody+{A}+2099-01-01 00:00:00.000000 UTC+x"
+        stranger.mkdir()  # and one for someone who is not in the class at all
+        result["stranger"] = stranger.name
         try:
             result["listed_inbound"] = os.listdir(inbound)
         except PermissionError:

@@ -466,13 +466,16 @@ def test_a_forged_submission_in_another_learners_name_is_refused(class_hub):
     refused = [r for r in class_hub.out["grade"]["refused"] if r.startswith(forged)]
     assert len(refused) == 1, class_hub.out["grade"]["refused"]
     assert f"by the account '{LEARNERS['hostile']}'" in refused[0]
+    stranger = class_hub.out["learn"]["hostile"]["stranger"]
+    named = [r for r in class_hub.out["grade"]["refused"] if r.startswith(stranger)]
+    assert len(named) == 1 and "unknown learner 'kvt-nobody'" in named[0], named
     # nor could the forger list the inbound folder to find anyone's real submission
     assert class_hub.out["learn"]["hostile"]["listed_inbound"] is None
 
 
 def test_a_submission_under_the_wrong_file_name_is_refused_and_named(class_hub):
     refused = class_hub.out["grade"]["refused"]
-    assert len(refused) == 2, refused  # the forgery and this one, nothing else
+    assert len(refused) == 3, refused  # the forgery, the stranger and this one, no other
     mine = [r for r in refused if r.startswith(LEARNERS["misnamed"] + "+")]
     assert len(mine) == 1 and f"no {A}.ipynb in it" in mine[0], refused
     assert "my_answers.ipynb" in mine[0]

@@ -90,3 +90,15 @@ def test_an_exchange_with_wrong_permissions_is_named_with_the_fix(tmp_path):
     shutil.rmtree(ex)
     with pytest.raises(ExchangeError, match="no such folder"):
         check_exchange(ex, "root")
+
+
+def test_what_collect_refuses_inside_a_submission_is_named(tmp_path):
+    sub = tmp_path / "ada+03_attention+2026"
+    (sub / "deep").mkdir(parents=True)
+    (sub / "03_attention.ipynb").write_text("{}")
+    assert hub._inside_problem(sub) is None
+    (sub / "deep" / "gb").symlink_to("/etc/passwd")
+    assert hub._inside_problem(sub) == "holds 'deep/gb', which is not a plain file or folder"
+    (sub / "deep" / "gb").unlink()
+    os.mkfifo(sub / "pipe")
+    assert "'pipe'" in hub._inside_problem(sub)

@@ -358,6 +358,11 @@ def _exchange_config(course: Path, exchange: Path | str):
     return cfg
 
 
+def _me() -> str:
+    """The account running the instructor's step (the exchange's course folder is theirs)."""
+    return pwd.getpwuid(os.getuid()).pw_name
+
+
 def _run_exchange(cfg, cls, assignment: str, student: str | None = None, **kw):
     from nbgrader.auth import Authenticator
     from nbgrader.coursedir import CourseDirectory
@@ -382,6 +387,7 @@ def release(course: Path, notebooks: Path, lesson: str, exchange: Path | str, *,
 
     from attnlib.course.grader.course import release as generate
 
+    check_exchange(exchange, _me())
     out = Path(exchange) / COURSE_ID / "outbound" / lesson
     if out.exists() and not force:
         raise SystemExit(
@@ -423,6 +429,7 @@ def collect(course: Path, lesson: str, exchange: Path | str, roster: Roster,
     folders, or when it lacks ``<lesson>.ipynb``. Returns the refusals, one line each."""
     from nbgrader.exchange.default import ExchangeCollect
 
+    check_exchange(exchange, _me())
     inbound = Path(exchange) / COURSE_ID / "inbound"
     refused: list[str] = []
     for entry in sorted(inbound.iterdir()):
@@ -485,6 +492,7 @@ def return_feedback(course: Path, lesson: str, exchange: Path | str, echo=print)
 
     from attnlib.course.grader.export import feedback
 
+    check_exchange(exchange, _me())
     feedback(course, echo=echo)
     students = sorted(p.parent.name for p in (Path(course) / "feedback").glob(f"*/{lesson}"))
     cfg = _exchange_config(course, exchange)
