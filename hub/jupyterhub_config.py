@@ -72,7 +72,8 @@ if os.environ.get("KV_HUB_AUTH", "shared") == "pam":
     c.JupyterHub.authenticator_class = "pam"
 else:
     # The local hub: one password for every learner, a longer one for the instructor, both
-    # made once in KV_HUB_STATE. Fine on 127.0.0.1; never on a server others reach.
+    # made once in KV_HUB_STATE. Whoever has the learners' password can sign in as ANY
+    # learner: for trying the class on one machine (127.0.0.1), never for a class.
     c.JupyterHub.authenticator_class = "shared-password"
     c.SharedPasswordAuthenticator.user_password = (STATE / "learner_password").read_text().strip()
     c.SharedPasswordAuthenticator.admin_password = (STATE / "admin_password").read_text().strip()
