@@ -3,9 +3,10 @@
 One concern per module; the arrows are the only imports between them::
 
     cli ──> autograde ──> execution ──> judging ──> sandbox
-               │    │                    └────> answer_keys
-               │    └───> audit ──> audit_rules
-               └────────> export ──> course
+     │         │    │                    └────> answer_keys
+     │         │    └───> audit ──> audit_rules
+     │         └────────> export ──> course
+     └──> canvas ──> export
     (execution, judging and audit also read attnlib.checks.protocol: the contract with
     the kernel side, attnlib.checks.grading; the kernel side never imports this package)
 
@@ -29,6 +30,8 @@ One concern per module; the arrows are the only imports between them::
 * :mod:`~attnlib.course.grader.export` — the report, the CSV (``NOT GRADED`` and
   ``FLAGGED`` never carry a number), text made safe for consoles and spreadsheets, the
   feedback pages (each under a wall clock).
+* :mod:`~attnlib.course.grader.canvas` — grades.csv in Canvas's gradebook-import layout
+  (``FLAGGED`` and ``NOT GRADED`` cells blank, listed in ``canvas_review.csv``).
 * :mod:`~attnlib.course.grader.course` — the course folder and nbgrader's applications.
 * :mod:`~attnlib.course.grader.cli` — ``python -m attnlib.course.gradebook ...``.
 
