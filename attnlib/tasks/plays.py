@@ -46,6 +46,7 @@ __all__ = [
     "CONFIG",
     "TRAINING",
     "SHORT_TRAINING",
+    "SCORE_NAMES",
     "VALIDATION_PLAY",
     "WEIGHTS_PATH",
     "LOG_PATH",
@@ -81,9 +82,9 @@ CONFIG = {"d_model": 128, "n_heads": 4, "n_layers": 2, "max_len": 256}
 # The shipped run. lr: peak; warmup: steps of linear warm-up; final: the lr at the last
 # step, as a fraction of the peak (cosine decay in between); clip: global gradient norm.
 TRAINING = {
-    "steps": 2000,
-    "batch": 16,
-    "lr": 3e-3,
+    "steps": 4000,
+    "batch": 8,
+    "lr": 4e-3,
     "warmup": 100,
     "final": 0.1,
     "clip": 1.0,
@@ -361,6 +362,8 @@ class HeadScores:
     prefix_matching : on :func:`repeated_random_text` (``PROBE_BATCH`` rows, a block of
         ``PROBE_LENGTH``), mean weight on the token after the query token's earlier
         occurrence.
+    prefix_matching_text : the same on real text: ``PROBE_LENGTH`` characters of the
+        held-out play (one passage per real-text window), then the same passage again.
     first_position, newline : on the held-out play, the share of attention on position 0
         and on newline characters.
     uniform_first, uniform_newline : float
@@ -370,6 +373,7 @@ class HeadScores:
 
     previous_token: np.ndarray
     prefix_matching: np.ndarray
+    prefix_matching_text: np.ndarray
     first_position: np.ndarray
     newline: np.ndarray
     uniform_first: float
@@ -405,7 +409,9 @@ def head_scores(model: GPT, vocab: CharVocab | None = None, windows: int = 8) ->
     newline = real == vocab.encode("\n")[0]  # (windows, max_len)
     first = torch.zeros(real.shape[1], dtype=torch.bool)
     first[0] = True
+    passages = real[:, :PROBE_LENGTH]
     w_rnd, w_real = _weights(model, rnd), _weights(model, real)
+    w_text = _weights(model, torch.cat([passages, passages], 1))
     model.train(was_training)
     uniform = torch.tril(torch.ones(real.shape[1], real.shape[1]))
     uniform = (uniform / uniform.sum(-1, keepdim=True)).expand(len(real), 1, -1, -1)
@@ -416,6 +422,7 @@ def head_scores(model: GPT, vocab: CharVocab | None = None, windows: int = 8) ->
     return HeadScores(
         previous_token=stack(lambda i: previous_token_score(w_real[i])),
         prefix_matching=stack(lambda i: prefix_matching_score(w_rnd[i], PROBE_LENGTH)),
+        prefix_matching_text=stack(lambda i: prefix_matching_score(w_text[i], PROBE_LENGTH)),
         first_position=stack(lambda i: attention_on(w_real[i], first)),
         newline=stack(lambda i: attention_on(w_real[i], newline)),
         uniform_first=float(attention_on(uniform, first)[0]),
@@ -582,13 +589,19 @@ def read_log(path: str | Path = LOG_PATH) -> dict[str, np.ndarray]:
     return log
 
 
-RESULT_NAMES = ("val_loss", "unigram_loss", "bigram_loss", "train_seconds")
+SCORE_NAMES = (
+    "previous_token",
+    "prefix_matching",
+    "prefix_matching_text",
+    "first_position",
+    "newline",
+)
 
 
 def measure(model: GPT) -> dict[str, float]:
     """The numbers ``plays_results.tsv`` holds for ``model``: its validation loss on the
     whole held-out play and the two baselines (nats), and every head's scores
-    (``<score>/<layer>.<head>``)."""
+    (``<score>/<layer>.<head>`` for every name in :data:`SCORE_NAMES`)."""
     vocab = vocabulary()
     train, val = training_tokens(), validation_tokens()
     out = {
@@ -597,7 +610,7 @@ def measure(model: GPT) -> dict[str, float]:
         "bigram_loss": bigram_loss(train, val, vocab.size),
     }
     scores = head_scores(model, vocab)
-    for name in ("previous_token", "prefix_matching", "first_position", "newline"):
+    for name in SCORE_NAMES:
         table = getattr(scores, name)
         for layer, head in np.ndindex(table.shape):
             out[f"{name}/{layer}.{head}"] = float(table[layer, head])
@@ -634,7 +647,7 @@ def _train_and_save(out: Path, progress: bool) -> str:
     write_results(results, out / RESULTS_PATH.name)
     best = {
         n: max((v, k) for k, v in results.items() if k.startswith(n + "/"))
-        for n in ("previous_token", "prefix_matching", "first_position", "newline")
+        for n in SCORE_NAMES
     }
     heads = "; ".join(f"{n} {k.split('/')[1]} {v:.3f}" for n, (v, k) in best.items())
     return (
