@@ -3,7 +3,7 @@
 The model is :class:`attnlib.gpt.GPT` (lesson 15's model, proven equal to Hugging Face's
 GPT-2) of :data:`CONFIG`, trained as a character model on ``data/plays.txt``
 (:mod:`attnlib.tasks.text`). The split is by play: the first seven plays train it, the
-eighth, *The Tempest* (98 439 characters, :data:`VALIDATION_PLAY`), is held out whole.
+eighth, *The Tempest* (98 320 characters, :data:`VALIDATION_PLAY`), is held out whole.
 
 * :func:`training_tokens`, :func:`validation_tokens` — the two sides of the split as token
   ids; :func:`validation_loss` — the model's mean next-character loss (nats) on the held-out
@@ -646,8 +646,7 @@ def _train_and_save(out: Path, progress: bool) -> str:
     results = {**measure(load_model(out / WEIGHTS_PATH.name)), "train_seconds": seconds}
     write_results(results, out / RESULTS_PATH.name)
     best = {
-        n: max((v, k) for k, v in results.items() if k.startswith(n + "/"))
-        for n in SCORE_NAMES
+        n: max((v, k) for k, v in results.items() if k.startswith(n + "/")) for n in SCORE_NAMES
     }
     heads = "; ".join(f"{n} {k.split('/')[1]} {v:.3f}" for n, (v, k) in best.items())
     return (
