@@ -154,6 +154,10 @@ def test_bad_input_is_refused():
         P.validation_loss(object())
     with pytest.raises(ValueError, match="tokens"):
         P.validation_windows(torch.arange(10), 10)
+    with pytest.raises(ValueError, match="outside"):
+        P.unigram_loss(torch.tensor([0, 5]), torch.tensor([0, 1]), 3)
+    with pytest.raises(ValueError, match="LongTensor"):
+        P.bigram_loss(torch.tensor([0.0, 1.0]), torch.tensor([0, 1]), 3)
     with pytest.raises(ValueError, match="lacks"):
         P.train_model({"steps": 3})
     with pytest.raises(FileNotFoundError, match="--train"):

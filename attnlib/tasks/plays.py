@@ -139,10 +139,19 @@ def validation_windows(
 ) -> torch.Tensor:
     """Cut ``tokens`` into windows of ``length + 1`` tokens (inputs and next-token targets).
 
-    ``n=None``: consecutive windows that overlap by one token, so every token but the first
-    is predicted exactly once (the tail shorter than a window is dropped). ``n``: ``n``
-    windows at evenly spaced starts (the log's quick estimate). Returns LongTensor
-    (windows, length + 1).
+    Parameters
+    ----------
+    tokens : LongTensor of shape (n,)
+    length : int, default ``CONFIG["max_len"]``
+        The inputs' length; ``n > length``.
+    n : int, optional
+        None: consecutive windows that overlap by one token, so every token but the first is
+        predicted exactly once (a tail shorter than a window is dropped). An int: ``n``
+        windows at evenly spaced starts (the log's quick estimate).
+
+    Returns
+    -------
+    LongTensor of shape (windows, length + 1)
     """
     check_array("validation_windows", "tokens", tokens, only="torch")
     length = check_int("validation_windows", "length", length, minimum=1)
@@ -163,10 +172,23 @@ def validation_windows(
 def validation_loss(model: GPT, windows: torch.Tensor | None = None, batch: int = 64) -> float:
     """Mean next-token cross-entropy (nats) of ``model`` over ``windows``.
 
-    ``windows`` (LongTensor (n, length + 1)) default: the whole held-out play in
-    :func:`validation_windows` of the model's ``max_len`` (every token predicted once, from
-    up to ``max_len`` characters of context). Evaluated in eval mode, no gradients, one
-    thread.
+    Evaluated in eval mode, without gradients, on one thread; the model's mode is restored.
+
+    Parameters
+    ----------
+    model : GPT
+    windows : LongTensor of shape (n, length + 1), optional
+        Default: the whole held-out play in :func:`validation_windows` of the model's
+        ``max_len`` (every character predicted once, from 1 to ``max_len`` characters of
+        context).
+    batch : int, default 64
+        Windows per forward pass (memory only; the result does not depend on it but for
+        float rounding).
+
+    Returns
+    -------
+    float
+        The loss in nats per character (divide by ln 2 for bits).
     """
     check_instance("validation_loss", "model", model, GPT, "an attnlib.gpt.GPT")
     if windows is None:
@@ -184,6 +206,18 @@ def validation_loss(model: GPT, windows: torch.Tensor | None = None, batch: int 
     return total / count
 
 
+def _check_counts(fn: str, train, held_out, size) -> None:
+    size = check_int(fn, "size", size, minimum=1)
+    for name, t in (("train", train), ("held_out", held_out)):
+        check_array(fn, name, t, only="torch")
+        if t.dtype != torch.long or t.ndim != 1 or t.numel() < 2:
+            raise ValueError(
+                f"{fn}: {name} must be a LongTensor (n >= 2,), got {t.dtype} {tuple(t.shape)}"
+            )
+        if bool(((t < 0) | (t >= size)).any()):
+            raise ValueError(f"{fn}: {name} holds ids outside 0 .. size - 1 = {size - 1}")
+
+
 def _counts(tokens: torch.Tensor, size: int, order: int) -> np.ndarray:
     t = tokens.numpy()
     if order == 1:
@@ -192,16 +226,44 @@ def _counts(tokens: torch.Tensor, size: int, order: int) -> np.ndarray:
 
 
 def unigram_loss(train: torch.Tensor, held_out: torch.Tensor, size: int, alpha: float = 1.0):
-    """Cross-entropy (nats) on ``held_out[1:]`` of the character frequencies of ``train``,
-    add-``alpha`` smoothed over the ``size`` characters (no context at all)."""
+    """The unigram baseline: no context at all.
+
+    Parameters
+    ----------
+    train, held_out : LongTensor of shape (n,)
+        Token ids in 0 .. size-1.
+    size : int
+        The vocabulary's size.
+    alpha : float, default 1.0
+        Add-``alpha`` smoothing (Laplace for 1): every character counts ``alpha`` more.
+
+    Returns
+    -------
+    float
+        The cross-entropy (nats) on ``held_out[1:]`` (the characters a model predicts) of the
+        smoothed character frequencies of ``train``.
+    """
+    _check_counts("unigram_loss", train, held_out, size)
     p = _counts(train, size, 1) + alpha
     logp = np.log(p / p.sum())
     return float(-logp[held_out[1:].numpy()].mean())
 
 
 def bigram_loss(train: torch.Tensor, held_out: torch.Tensor, size: int, alpha: float = 1.0):
-    """Cross-entropy (nats) on ``held_out`` of P(next | previous character) counted in
-    ``train``, add-``alpha`` smoothed (one character of context)."""
+    """The bigram baseline: one character of context.
+
+    Parameters
+    ----------
+    train, held_out, size, alpha
+        As for :func:`unigram_loss`; every pair counts ``alpha`` more.
+
+    Returns
+    -------
+    float
+        The cross-entropy (nats) on ``held_out[1:]`` of P(next | previous character) counted
+        in ``train``.
+    """
+    _check_counts("bigram_loss", train, held_out, size)
     p = _counts(train, size, 2) + alpha
     logp = np.log(p / p.sum(1, keepdims=True))
     h = held_out.numpy()
@@ -443,7 +505,7 @@ def learning_rate(step: int, training: dict = TRAINING) -> float:
     --------
     >>> t = {"steps": 11, "lr": 1.0, "warmup": 2, "final": 0.1}
     >>> [round(learning_rate(s, t), 3) for s in (0, 1, 6, 10)]
-    [0.5, 1.0, 0.55, 0.1]
+    [0.5, 1.0, 0.472, 0.1]
     """
     steps, lr, warmup = training["steps"], training["lr"], training["warmup"]
     check_int("learning_rate", "step", step, minimum=0, maximum=steps - 1)
