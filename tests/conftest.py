@@ -5,18 +5,25 @@ Nothing here is autouse: each test file asks for what it needs.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+from nbgrader import api as nbgrader_api
 
 from attnlib.course.grader import answer_keys
 
 # The test process judges hidden cases as the grader does, so it holds the grader's answer
 # keys (lesson 05's statements); a learner's kernel never has them (tests/test_kv_prediction.py).
 answer_keys.install()
+
+# nbgrader asks `alembic heads` in a subprocess (0.85 s) for every new gradebook; the answer is
+# a constant of the installed nbgrader, so each test process asks once (a grading course
+# creates its gradebook in the test process).
+nbgrader_api.get_alembic_version = functools.cache(nbgrader_api.get_alembic_version)
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
@@ -45,6 +52,18 @@ def project_python() -> str:
     return str(venv_python) if venv_python.exists() else sys.executable
 
 
+@pytest.fixture
+def three_threads():
+    """torch on 3 threads for the test (restored after): `make test` runs with
+    OMP_NUM_THREADS=1, and a test that a setting of 1 thread is undone needs another one."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(3)
+    yield 3
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT
@@ -60,7 +79,7 @@ def pytest_collection_modifyitems(config, items):
 
     Grading is by far the longest work. Under `make test` (xdist with `--dist loadscope
     --no-loadscope-reorder`) each of that file's classes grades its own course and is one
-    unit of work, so both workers start grading at once and then share out the rest,
+    unit of work, so the workers start grading at once and then share out the rest,
     instead of one worker grading while the other waits behind files with more (shorter)
     tests.
     """

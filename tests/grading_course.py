@@ -2,7 +2,7 @@
 ONE ``autograde`` run (each kernel in its own bubblewrap sandbox), feedback generated.
 
 tests/test_grading.py grades several such courses, one per class, so that xdist
-(``--dist loadscope``) runs them on both workers at once and no single fixture is long:
+(``--dist loadscope``) runs them on all workers at once and no single fixture is long:
 
 * the old scenarios on the three fixture lessons (tests/nbfixtures.py: softmax 1 point +
   attend 2 points; causal_mask 1 + padding_mask 1; decode_step in two parts of 1 point):

@@ -65,7 +65,7 @@ def test_module_runs_as_a_script(root, python):
     assert proc.returncode == 0 and "--quick" in proc.stdout
 
 
-def test_median_times_runs_interleaved_and_torch_threads_restores():
+def test_median_times_runs_interleaved_and_torch_threads_restores(three_threads):
     calls = []
     t = median_times({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, repeats=3)
     assert calls == ["a", "b"] * 4  # one warm-up round, then 3 timed rounds, interleaved

@@ -1002,7 +1002,9 @@ F32_VARIANTS = [
     pytest.param(name, m.id, _float32(m.variants[0]), id=f"{name}-{m.id}-float32")
     for name in INFERRED
     for m in get_exercise(name).misconceptions
-    if name not in ("causal_mask", "padding_mask")  # they take sizes, not arrays
+    # causal_mask and padding_mask take sizes, not arrays; block_forward's inputs are the
+    # check's own float64 modules, so the learner's wiring computes in their dtype
+    if name not in ("causal_mask", "padding_mask", "block_forward")
 ]
 
 

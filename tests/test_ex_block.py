@@ -174,7 +174,7 @@ def test_the_stub_is_one_line_and_the_next_cells_get_the_reference(capsys):
         raise NotImplementedError()
 
     checks.check("layer_norm", layer_norm)
-    assert capsys.readouterr().out.startswith("✘ layer_norm: not written yet")
+    assert capsys.readouterr().err.startswith("✘ layer_norm: not written yet")
     fn = checks.yours_or_reference("layer_norm", layer_norm)
     assert fn is get_exercise("layer_norm").reference
 

@@ -66,8 +66,7 @@ def test_unfinished_stub_fails_without_a_diagnosis(name):
 
     report = checks.run(name, stub)
     assert not report.ok and report.misconceptions == []
-    with pytest.raises(AssertionError, match="NotImplementedError"):
-        checks.check(name, stub)
+    assert "NotImplementedError" in report.first_failure
 
 
 def test_calling_the_reference_is_refused():

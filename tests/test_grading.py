@@ -4,7 +4,7 @@ Each class grades its own course in ONE ``autograde`` run (tests/grading_course.
 and grades it; its class-scoped fixture ``graded``): the hostile and honest submissions,
 every graded lesson in shards of a few lessons, and the old scenarios with nbgrader's
 exchange. ``make test`` distributes by class (``--dist loadscope``), so the courses are
-graded on both workers at once. What every course must satisfy (no hidden test in any
+graded on all workers at once. What every course must satisfy (no hidden test in any
 feedback, the export plugin's rows) is checked for each, in :class:`EveryCourse`.
 """
 
@@ -36,6 +36,7 @@ from nbfixtures import write_lessons as write_fixture_lessons
 from attnlib.checks.grading import TAMPER_TAG
 from attnlib.course.grader import audit, execution, export
 from attnlib.course.grader.course import release, validate
+from attnlib.course.student import student_version
 from attnlib.explorers._render import STILL_CAPTION
 
 pytestmark = [
@@ -261,6 +262,10 @@ class _LessonShard(EveryCourse):
         assert raised == [], raised
         src = nbformat.read(graded.notebooks / f"{lesson}.ipynb", as_version=4)
         assert len(src.cells) == len(run.cells)
+        # what was run is, cell for cell, the copy `make student` writes into workbook/
+        copy = student_version(src)
+        released = nbformat.read(graded.course / "release" / lesson / f"{lesson}.ipynb", 4)
+        assert [c.source for c in copy.cells] == [c.source for c in released.cells]
         for i, cell in enumerate(src.cells):
             if cell.cell_type == "code" and _shows_still(cell):
                 assert _shows_still(run.cells[i]), f"cell {i}: the explorer shows no still"

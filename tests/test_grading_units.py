@@ -273,3 +273,52 @@ def test_an_output_filled_after_the_call_earns_nothing():
     x = np.random.default_rng(0).standard_normal((3, 4))
     obs = grading.observe(_softmax_filled_by_a_finalizer, [((x,), {})], watch)
     assert not np.allclose(obs.outputs[0], np.exp(x) / np.exp(x).sum(-1, keepdims=True))
+
+
+def test_kernel_threads_follow_the_graders_own_setting(monkeypatch):
+    from attnlib.course.grader import autograde as ag
+
+    monkeypatch.setattr(ag, "default_jobs", lambda: 4)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert [ag.kernel_threads(j) for j in (1, 2, 3, 8)] == [0, 2, 1, 1]
+    for ignored in ("", "0", "two"):
+        monkeypatch.setenv("OMP_NUM_THREADS", ignored)
+        assert ag.kernel_threads(2) == 2
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # make test: three workers share two cores
+    assert [ag.kernel_threads(j) for j in (1, 2, 8)] == [1, 1, 1]
+
+
+def test_after_a_timeout_the_wait_for_last_outputs_is_short_and_then_restored(monkeypatch):
+    import asyncio
+
+    from nbclient import NotebookClient
+
+    interrupted = []
+
+    async def interrupt(self, timeout, cell=None):  # nbclient's: interrupt the kernel
+        interrupted.append(timeout)
+
+    monkeypatch.setattr(NotebookClient, "_async_handle_timeout", interrupt)
+    ex = execution.ResilientExecute()
+    before = (ex.timeout, ex.iopub_timeout)
+    assert ex.iopub_timeout > ex.after_timeout_iopub
+    with ex._one_cell(6):
+        assert ex.timeout == 6
+        asyncio.run(ex._async_handle_timeout(6))
+        assert interrupted == [6] and ex.iopub_timeout == ex.after_timeout_iopub
+    assert (ex.timeout, ex.iopub_timeout) == before  # the next cell waits as usual
+
+
+def test_a_cell_too_deep_to_compile_is_refused_before_the_kernel_stalls_on_it():
+    deep = "if False:\n    y = x" + ".a" * 3000 + "\n"
+    ename, evalue = execution.too_deep_to_compile(deep)
+    assert ename == "RecursionError" and evalue.startswith("this cell is nested too deeply")
+    for fine in (
+        "x = 1\n",
+        "%time y = sum(range(10))\n",  # magics are transformed first
+        "!echo hi\n",
+        "await something()\n",  # IPython runs top-level await
+        "def f(:\n",  # a SyntaxError is the kernel's to report
+        "y = x" + ".a" * 100 + "\n",
+    ):
+        assert execution.too_deep_to_compile(fine) is None, fine

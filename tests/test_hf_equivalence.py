@@ -15,14 +15,15 @@ import os
 os.environ["HF_HUB_OFFLINE"] = "1"  # nothing below may reach the hub
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
+import functools  # noqa: E402
+import importlib.util  # noqa: E402
+import types  # noqa: E402
+
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-transformers = pytest.importorskip(
-    "transformers", reason="transformers is not installed (requirements.txt pins it)"
-)
-from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
-from transformers.activations import ACT2FN  # noqa: E402
+if importlib.util.find_spec("transformers") is None:
+    pytest.skip("transformers is not installed (requirements.txt pins it)", allow_module_level=True)
 
 from attnlib.block import gelu_tanh  # noqa: E402
 from attnlib.decoder import generate  # noqa: E402
@@ -30,6 +31,18 @@ from attnlib.gpt import GPT, gpt2_config, gpt2_state_dict  # noqa: E402
 
 VOCAB, MAX_LEN = 13, 40
 TOL = {torch.float32: 1e-5, torch.float64: 1e-10}
+
+
+@functools.cache
+def hf() -> types.SimpleNamespace:
+    """transformers' GPT-2 pieces, imported when a test first needs them (2 s: not at
+    collection, which every pytest worker does)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers.activations import ACT2FN
+
+    return types.SimpleNamespace(
+        GPT2Config=GPT2Config, GPT2LMHeadModel=GPT2LMHeadModel, ACT2FN=ACT2FN
+    )
 
 
 def _course_model(dtype, seed=1, **kw) -> GPT:
@@ -43,12 +56,12 @@ def _course_model(dtype, seed=1, **kw) -> GPT:
     return model.to(dtype).eval()
 
 
-def _hf_model(model: GPT, attn_implementation="sdpa", **changes) -> GPT2LMHeadModel:
+def _hf_model(model: GPT, attn_implementation="sdpa", **changes) -> torch.nn.Module:
     config = gpt2_config(model) | dict(bos_token_id=None, eos_token_id=None) | changes
-    hf = GPT2LMHeadModel(GPT2Config(**config, attn_implementation=attn_implementation))
-    hf = hf.to(model.wte.weight.dtype)
-    hf.load_state_dict(gpt2_state_dict(model), strict=True)  # every name, nothing left over
-    return hf.eval()
+    gpt2 = hf().GPT2LMHeadModel(hf().GPT2Config(**config, attn_implementation=attn_implementation))
+    gpt2 = gpt2.to(model.wte.weight.dtype)
+    gpt2.load_state_dict(gpt2_state_dict(model), strict=True)  # every name, nothing left over
+    return gpt2.eval()
 
 
 @pytest.fixture(scope="module", params=[torch.float32, torch.float64], ids=["fp32", "fp64"])
@@ -146,7 +159,7 @@ def test_training_mode_dropouts_match_gpt2s_draw_for_draw():
 
 def test_gelu_tanh_is_gelu_new_bit_for_bit():
     x = 4 * torch.randn(10_000, generator=torch.Generator().manual_seed(5))
-    assert torch.equal(gelu_tanh(x), ACT2FN["gelu_new"](x))
+    assert torch.equal(gelu_tanh(x), hf().ACT2FN["gelu_new"](x))
 
 
 @pytest.mark.parametrize(

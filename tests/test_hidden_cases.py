@@ -48,7 +48,7 @@ def _hidden_only(name: str, seed: int | None) -> list[_core.Case]:
 
 
 def _same(a, b) -> bool:
-    """Are two inputs (arrays, tensors, numbers, lists, tuples, dicts) exactly the same?"""
+    """Are two inputs (arrays, tensors, modules, numbers, lists, tuples, dicts) exactly the same?"""
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
         return (
             isinstance(a, torch.Tensor)
@@ -57,6 +57,8 @@ def _same(a, b) -> bool:
             and a.dtype == b.dtype
             and torch.equal(a, b)
         )
+    if isinstance(a, torch.nn.Module) or isinstance(b, torch.nn.Module):  # the same weights
+        return type(a) is type(b) and _same(dict(a.state_dict()), dict(b.state_dict()))
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return (
             isinstance(a, np.ndarray)

@@ -205,5 +205,5 @@ def test_an_unwritten_prediction_reads_as_not_written(capsys):
         raise NotImplementedError()
 
     KV.recorded("kv_prediction_tied", stub)  # one line, no error: Run All goes on
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err
     assert checks.read_results(out)["kv_prediction_tied"].status == "not written"

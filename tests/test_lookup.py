@@ -139,8 +139,9 @@ def test_bad_mode_is_refused():
         L.LookupAttention(6, 2, 3, mode="shared")
 
 
-def test_fit_is_reproducible_and_restores_threads():
+def test_fit_is_reproducible_and_restores_threads(three_threads):
     threads = torch.get_num_threads()
+    assert threads == three_threads
     kw = {"steps": 8, "batch": 16, "seq_k": 4, "n_names": 6, "n_numbers": 3, "seed": 5}
     h = []
     for _ in range(2):

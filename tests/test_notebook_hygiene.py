@@ -31,6 +31,7 @@ LESSON_FILES = {
     "12": "12_positions.ipynb",
     "13": "13_induction_heads.ipynb",
     "14": "14_fewer_keys.ipynb",
+    "15": "15_block.ipynb",
 }
 # "notes": speaker notes (reveal.js, key S), placed right after the slide they belong to.
 SLIDE_TYPES = {"slide", "subslide", "fragment", "-", "skip", "notes"}
@@ -342,6 +343,7 @@ MIN_GRADED = {
     "08": 2,
     "09": 2,
     "14": 2,
+    "15": 2,
 }
 
 

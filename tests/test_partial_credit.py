@@ -114,7 +114,7 @@ def test_the_solution_earns_every_part_and_the_stub_none(whole, tmp_path, capsys
         checks.check_hidden(name, solution)
         assert _judged(name, solution, tmp_path).ok
         checks.check(name, _stub)  # one line, no error: Run All goes on
-        assert capsys.readouterr().out.startswith(f"✘ {name}: not written yet")
+        assert capsys.readouterr().err.startswith(f"✘ {name}: not written yet")
         verdict = _judged(name, _stub, tmp_path / "stub")
         assert not verdict.ok and "hidden tests failed" in verdict.message
 

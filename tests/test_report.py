@@ -27,6 +27,7 @@ from nbfixtures import LESSONS, lesson
 import attnlib
 from attnlib import checks
 from attnlib.course import report
+from attnlib.course.grader.execution import STDERR_PREFIX
 
 A, B = LESSONS  # "01_fixture" (softmax, attend), "02_fixture_masks" (causal_mask, padding_mask)
 
@@ -131,10 +132,18 @@ def _outputs(name, fn) -> list:
             nbformat.v4.new_output("error", ename="AssertionError", evalue=HIDDEN_FAILURE,
                                    traceback=[f"AssertionError: {HIDDEN_FAILURE}"]),
         ]  # fmt: skip
-    out = io.StringIO()
+    out, err_out = io.StringIO(), io.StringIO()
     try:
-        with contextlib.redirect_stdout(out):
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err_out):
             checks.check(name, fn)
+        if err_out.getvalue():  # not written yet: one line on stderr, then the hidden tests fail
+            shown = "".join(f"{STDERR_PREFIX}{ln}\n" for ln in err_out.getvalue().splitlines())
+            failed = f"✘ {name}: hidden tests failed on case 'x': raised NotImplementedError"
+            return [
+                nbformat.v4.new_output("stream", name="stdout", text=shown),
+                nbformat.v4.new_output("error", ename="AssertionError", evalue=failed,
+                                       traceback=[f"AssertionError: {failed}"]),
+            ]  # fmt: skip
     except AssertionError as err:
         return [
             nbformat.v4.new_output(

@@ -262,7 +262,7 @@ def test_make_retrieval_task_shapes_and_targets():
     assert torch.equal(again.x_q, task.x_q) and torch.equal(again.target, task.target)
 
 
-def test_train_retrieval_first_step_matches_manual_autograd():
+def test_train_retrieval_first_step_matches_manual_autograd(three_threads):
     task = scaling.make_retrieval_task(steps=4, batch=8, seed=2)
     threads = torch.get_num_threads()
     h = scaling.train_retrieval(task, 1 / 16, d_k=64, seed=5, progress=False)

@@ -9,9 +9,9 @@ submission. Not as root, bubblewrap gives the kernel a user namespace and the st
 own uid, so nothing but the sandbox's mount points stands between the kernel and the
 course. The account is removed afterwards.
 
-The interpreter of this checkout may live under a folder other users cannot enter (a
-pyenv Python under ``/root``): the run gets a private mount namespace in which only that
-Python installation is made reachable, so nothing on the host changes.
+The interpreter, or the checkout itself, may live under a folder other users cannot enter
+(a pyenv Python under ``/root``, a checkout under a private folder): the run gets a private
+mount namespace in which just those two are made reachable, so nothing on the host changes.
 """
 
 from __future__ import annotations
@@ -67,31 +67,33 @@ def _closed_ancestor(path: Path) -> Path | None:
     return None
 
 
-def _reachable(python: Path, stage: Path) -> str:
-    """Shell lines that make ``python``'s installation reachable inside a private mount
-    namespace: its closed ancestor becomes an empty tmpfs holding just that installation."""
-    prefix = Path(
-        subprocess.run(
-            [str(python), "-c", "import sys; print(sys.base_prefix)"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    ).resolve()
-    closed = _closed_ancestor(prefix)
-    if closed is None:
-        return ""
-    top = closed / prefix.relative_to(closed).parts[0]
-    return (
-        f"mkdir -p {stage} && mount --bind {top} {stage} && "
-        f"mount -t tmpfs -o mode=755 tmpfs {closed} && mkdir -p {top} && "
-        f"mount --bind {stage} {top} && "
+def _prefix(python: Path) -> Path:
+    out = subprocess.run(
+        [str(python), "-c", "import sys; print(sys.base_prefix)"],
+        capture_output=True,
+        text=True,
+        check=True,
     )
+    return Path(out.stdout.strip()).resolve()
+
+
+def _reachable(paths: list[Path], stage: Path) -> str:
+    """Shell lines that make each of ``paths`` reachable for another user inside a private
+    mount namespace: every closed ancestor becomes an empty tmpfs (mode 755) that holds
+    just the paths below it, bound back from where they really are."""
+    keep = [(p, _closed_ancestor(p)) for p in paths]
+    keep = [(p, c) for p, c in keep if c is not None]
+    lines = []
+    for i, (p, _) in enumerate(keep):  # first set every path aside...
+        lines.append(f"mkdir -p {stage}/{i} && mount --bind {p} {stage}/{i}")
+    for closed in dict.fromkeys(c for _, c in keep):  # ...then cover each closed folder...
+        lines.append(f"mount -t tmpfs -o mode=755 tmpfs {closed}")
+    for i, (p, _) in enumerate(keep):  # ...and put the paths back on top
+        lines.append(f"mkdir -p {p} && mount --bind {stage}/{i} {p}")
+    return "".join(line + " && " for line in lines)
 
 
 def test_a_non_root_staff_user_grades_and_no_kernel_reaches_another_learners_work():
-    if _closed_ancestor(ROOT) is not None:
-        pytest.skip(f"the checkout {ROOT} is not readable by other users")
     python = Path(project_python())
     made = subprocess.run(["useradd", "-r", "-M", "-s", "/usr/sbin/nologin", USER])
     assert made.returncode in (0, 9), "useradd failed"  # 9: the account exists already
@@ -105,7 +107,7 @@ def test_a_non_root_staff_user_grades_and_no_kernel_reaches_another_learners_wor
     env = f"env -i HOME={work} PATH={python.parent}:/usr/bin:/bin LANG=C.UTF-8"
     shell = (
         "set -e; "
-        + _reachable(python, tmp / "python-view")
+        + _reachable([_prefix(python), ROOT], tmp / "view")
         + f"cd {work} && exec setpriv --reuid={USER} --regid={USER} --clear-groups "
         + f"{env} {python} {script}"
     )

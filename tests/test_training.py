@@ -169,7 +169,7 @@ def test_bad_arguments(kwargs, error, pattern):
         train(params, step, **args)
 
 
-def test_torch_threads_sets_and_restores_and_rejects_bad_counts():
+def test_torch_threads_sets_and_restores_and_rejects_bad_counts(three_threads):
     from attnlib.training import torch_threads
 
     before = torch.get_num_threads()

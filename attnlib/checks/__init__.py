@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import sys
 import warnings
 from collections.abc import Callable
 
@@ -160,10 +161,12 @@ def check(exercise: str, fn: Callable) -> None:
         )
     if "raised NotImplementedError" in report.first_failure and not report.misconceptions:
         # One line and no error: Run All goes on to the end of the lesson (the cells after
-        # an exercise say what they use in its place). The grade is the grader's either way.
+        # an exercise say what they use in its place). On stderr, so that nbgrader's
+        # Validate still counts the cell as not passed; the grade is the grader's either way.
         print(
             f"✘ {name}: not written yet — replace `raise NotImplementedError()` in the cell "
-            f"above with your code, run that cell, then this one."
+            f"above with your code, run that cell, then this one.",
+            file=sys.stderr,
         )
         return
     lines = [f"✘ {name}: {report.first_failure}"]

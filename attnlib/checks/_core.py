@@ -757,6 +757,8 @@ def read_results(text: str) -> dict[str, Result]:
             status = "needs review"
         else:
             status = "wrong"
+        if name in results and results[name].status == "not written":
+            continue  # the grader's verdict on the hidden tests of an unwritten function
         results[name] = Result(name, status)
     for pattern in (_DIAGNOSIS_RE, _HIDDEN_RE):
         for m in pattern.finditer(text):

@@ -197,7 +197,8 @@ def _infer_layer_norm(learner) -> list[Finding]:
     if y2 is not None:
         for eps_at in ("inside", "outside", "missing"):
             model = _ln_build(axis=axis, centre=centred, variance=variance, eps_at=eps_at)
-            if close(y2, model(x2, ones, zeros, 0.05).numpy(), 1e-7, 1e-9):
+            # the three differ by ~10 % here: a float32 computation is told apart as well
+            if close(y2, model(x2, ones, zeros, 0.05).numpy(), 1e-4, 1e-6):
                 if eps_at == "outside":
                     found.append(
                         Finding(

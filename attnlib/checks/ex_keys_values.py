@@ -17,6 +17,8 @@ Lesson 06's exercises are in :mod:`attnlib.checks.ex_backprop`, lesson 07's
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from attnlib._validate import type_name
@@ -354,10 +356,11 @@ def recorded(part: str, prediction) -> None:
     statements = PARTS[part] if part in PARTS else tuple(range(1, len(STATEMENTS) + 1))
     try:
         got = _prediction(prediction)
-    except NotImplementedError:  # one line, no error: Run All goes on
+    except NotImplementedError:  # one line (stderr: Validate says "not passed"), no error
         print(
             f"✘ {part}: not written yet — replace `raise NotImplementedError()` in the cell "
-            f"above with your answers, run that cell, then this one."
+            f"above with your answers, run that cell, then this one.",
+            file=sys.stderr,
         )
         return
     except (TypeError, ValueError) as err:

@@ -206,20 +206,24 @@ def _resources(page: str) -> list[tuple[str, str]]:
     return p.urls
 
 
-def remote_resources(page: str) -> list[tuple[str, str]]:
+def remote_resources(
+    page: str, found: list[tuple[str, str]] | None = None
+) -> list[tuple[str, str]]:
     """``(kind, url)`` for everything ``page`` would fetch over the network.
 
     Kinds: ``script``, ``stylesheet``, ``img``/``iframe``/``source``/``embed``,
     ``css-import``, ``module-import``, ``require``. Protocol-relative ``//host`` URLs
-    count as remote; ``data:`` and relative URLs do not.
+    count as remote; ``data:`` and relative URLs do not. ``found``: the page's resources
+    if they were read already (parsing a page of embedded figures takes its time).
     """
-    return [(k, u) for k, u in _resources(page) if re.match(r"^(https?:)?//", u.strip(), re.I)]
+    found = _resources(page) if found is None else found
+    return [(k, u) for k, u in found if re.match(r"^(https?:)?//", u.strip(), re.I)]
 
 
-def local_resources(page: str) -> list[str]:
+def local_resources(page: str, found: list[tuple[str, str]] | None = None) -> list[str]:
     """Relative URLs ``page`` loads (query strings and fragments dropped), to check they exist."""
     out = []
-    for _, u in _resources(page):
+    for _, u in _resources(page) if found is None else found:
         u = u.strip()
         if re.match(r"^([a-z][a-z0-9+.-]*:|//|#)", u, re.I):
             continue
@@ -228,12 +232,13 @@ def local_resources(page: str) -> list[str]:
 
 
 def _check_offline(page: str, where: Path) -> None:
-    remote = remote_resources(page)
+    found = _resources(page)  # once: the page may be megabytes of embedded figures
+    remote = remote_resources(page, found)
     if remote:
         listed = "\n".join(f"  {k}: {u}" for k, u in remote)
         raise RuntimeError(f"{where} would load from the network:\n{listed}")
     missing = sorted(
-        {u for u in local_resources(page) if not (where.parent / html.unescape(u)).exists()}
+        {u for u in local_resources(page, found) if not (where.parent / html.unescape(u)).exists()}
     )
     if missing:
         raise RuntimeError(f"{where} refers to files that were not copied: {missing}")

@@ -47,6 +47,7 @@ from pathlib import Path
 import nbformat
 
 from attnlib import checks
+from attnlib.course.grader.execution import STDERR_PREFIX
 from attnlib.course.lessons import course_root
 
 __all__ = [
@@ -152,7 +153,9 @@ def _outputs_text(cell) -> tuple[str, list[str]]:
         kind = out.get("output_type")
         if kind == "stream":
             text = out.get("text", "")
-            parts.append(text if isinstance(text, str) else "".join(text))
+            text = text if isinstance(text, str) else "".join(text)
+            # the grader shows a graded test cell's stderr with a prefix (StderrIsNotFailure)
+            parts.append(re.sub(f"^{re.escape(STDERR_PREFIX)}", "", text, flags=re.M))
         elif kind == "error":
             errors.append(str(out.get("ename", "Error")))
             parts.append(str(out.get("evalue", "")))

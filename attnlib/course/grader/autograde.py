@@ -276,6 +276,19 @@ def _bar(done: int, total: int, width: int = 24) -> str:
     return f"[{'#' * filled}{'.' * (width - filled)}] {done:>{len(str(total))}}/{total}"
 
 
+def kernel_threads(jobs: int) -> int:
+    """Threads each learner's kernel may use (0: torch's default).
+
+    ``OMP_NUM_THREADS`` of the grader's own environment when it is set (the staff member,
+    or a test run that shares the machine, chose it), else the cores shared out among the
+    ``jobs`` at once; one job alone keeps the default.
+    """
+    chosen = os.environ.get("OMP_NUM_THREADS", "")
+    if chosen.isdigit() and int(chosen) > 0:
+        return int(chosen)
+    return max(1, default_jobs() // jobs) if jobs > 1 else 0
+
+
 def default_jobs() -> int:
     try:
         return max(1, len(os.sched_getaffinity(0)))
@@ -425,7 +438,7 @@ def _tasks(course, notebooks, cfg, students, assignments, outcomes, echo) -> lis
 
 def _run_all(course: Path, tasks: list, timeout, sandbox: str, jobs: int, done) -> None:
     """Grade ``tasks`` in this process (one job) or in ``jobs`` worker processes."""
-    threads = max(1, default_jobs() // jobs) if jobs > 1 else 0
+    threads = kernel_threads(jobs)
     if jobs == 1:
         for a, s in tasks:
             done(grade_one(str(course), a, s, timeout, sandbox, threads, slot=0))

@@ -15,23 +15,27 @@
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import os
 import re
 import signal
 import stat
+import time
 from pathlib import Path
 
 import nbformat
 from nbclient.exceptions import DeadKernelError
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
-from traitlets import Enum, Integer, Unicode
+from traitlets import Enum, Float, Integer, Unicode
 
 from attnlib.checks.protocol import EXCHANGE_ENV, TAMPER_TAG, process_state
 from attnlib.course.grader.judging import clear_inputs, clear_outputs, judge, write_inputs
 from attnlib.course.grader.sandbox import Limits, Sandbox, SandboxKernelManager
 
 TIMEOUT_ENAME = "CellTimeoutError"
+# How a graded test cell's stderr is shown once it is no failure (StderrIsNotFailure).
+STDERR_PREFIX = "[stderr] "
 DIED_ENAME = "KernelDied"
 RESTART_ENAME = "KernelRestarted"
 OUTPUT_CAPPED = "[the grader kept no more of this cell's output: it printed more than the limit]"
@@ -59,6 +63,30 @@ def split_hidden(source: str) -> tuple[str, str] | None:
     if not regions:
         return None
     return _HIDDEN_REGION.sub("", source), "\n".join(regions)
+
+
+def too_deep_to_compile(source: str) -> tuple[str, str] | None:
+    """``(ename, evalue)`` if Python cannot compile the cell ``source`` (nested too deeply).
+
+    IPython stalls on such a cell (its check for top-level ``await`` compiles it, and the
+    RecursionError leaves the request unanswered), so the grader does not send it: the cell
+    gets an error at once instead of running to its time limit. Anything else that does
+    not compile (a SyntaxError) is left to the kernel, which reports it as usual.
+    """
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    try:
+        code = TransformerManager().transform_cell(source)  # %magics and !commands
+        compile(code, "<cell>", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+    except (RecursionError, MemoryError) as err:
+        ename = "RecursionError" if isinstance(err, RecursionError) else "MemoryError"
+        return ename, (
+            "this cell is nested too deeply for Python to compile it; "
+            "it was not run (a kernel stalls on such a cell)"
+        )
+    except Exception:  # noqa: BLE001 - the kernel shows the learner what is wrong
+        return None
+    return None
 
 
 def _process_tree(root: int) -> dict[int, str]:
@@ -135,6 +163,9 @@ class ResilientExecute(Execute):
     # A graded kernel's state is thrown away: kill it at once rather than wait (~2.5 s per
     # submission) for a graceful exit of the sandboxed process.
     shutdown_kernel = Enum(["graceful", "immediate"], default_value="immediate").tag(config=True)
+    after_timeout_iopub = Float(
+        1.0, help="Seconds to wait for a timed-out cell's last outputs after the interrupt"
+    ).tag(config=True)
     max_output_bytes = Integer(
         4 * 2**20, help="Bytes of output kept per cell while it runs (errors always kept)"
     ).tag(config=True)
@@ -256,14 +287,35 @@ class ResilientExecute(Execute):
             km.kernel_spec.env = env
         return km
 
+    async def _async_handle_timeout(self, timeout, cell=None):
+        """nbclient's interrupt after a timeout, then a short wait for the cell's last outputs.
+
+        The cell scores nothing either way; a kernel that ignores the interrupt would
+        otherwise hold the class for nbclient's whole ``iopub_timeout`` (4 s), twice: after
+        the cell and after the probe. :meth:`_one_cell` puts the setting back.
+        """
+        reply = await super()._async_handle_timeout(timeout, cell)
+        self.iopub_timeout = min(self.iopub_timeout, self.after_timeout_iopub)
+        return reply
+
+    @contextlib.contextmanager
+    def _one_cell(self, timeout: int | None = None):
+        """One execution (under ``timeout`` if given); the limits are restored after it."""
+        saved = self.timeout, self.iopub_timeout
+        if timeout is not None:
+            self.timeout = timeout
+        try:
+            yield
+        finally:
+            self.timeout, self.iopub_timeout = saved
+
     def _run_quietly(self, source: str, index: int, timeout: int | None) -> nbformat.NotebookNode:
         cell = nbformat.v4.new_code_cell(source)
-        saved, original = self.timeout, self.nb.cells[index]
-        self.timeout = timeout
+        original = self.nb.cells[index]
         try:
-            self.execute_cell(cell, index, store_history=False)
+            with self._one_cell(timeout):
+                self.execute_cell(cell, index, store_history=False)
         finally:
-            self.timeout = saved
             self.nb.cells[index] = original  # nbclient stores the executed cell at index
         return cell
 
@@ -318,8 +370,14 @@ class ResilientExecute(Execute):
             self._restart_and_replay(index)
 
     def _execute(self, cell, resources, index):
+        refused = too_deep_to_compile(cell.source)
+        if refused is not None:
+            cell.outputs = [_error_output(*refused)]
+            cell.execution_count = None
+            return cell, self.resources
         try:
-            cell, resources = super().preprocess_cell(cell, resources, index)
+            with self._one_cell():
+                cell, resources = super().preprocess_cell(cell, resources, index)
         except DeadKernelError:
             self._died(cell, index)
             return cell, self.resources
@@ -425,6 +483,14 @@ class ResilientExecute(Execute):
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGSTOP)
             seen |= new
+        # SIGSTOP is delivered asynchronously: wait (briefly) until each process is seen
+        # stopped, so nothing of the kernel's runs while the grader looks at it
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            states = self._kernel_processes()
+            if all(st in ("t", "T", "Z", "X") for p, st in states.items() if p in seen):
+                break
+            time.sleep(0.002)
         return seen
 
     @staticmethod
@@ -494,7 +560,8 @@ class StderrIsNotFailure(NbGraderPreprocessor):
             for out in cell.get("outputs", []):
                 if out.get("output_type") == "stream" and out.get("name") == "stderr":
                     out["name"] = "stdout"
-                    out["text"] = "".join(f"[stderr] {line}\n" for line in out["text"].splitlines())
+                    lines = out["text"].splitlines()
+                    out["text"] = "".join(f"{STDERR_PREFIX}{line}\n" for line in lines)
         return cell, resources
 
 
