@@ -251,9 +251,7 @@ def _infer_pm(learner) -> list[Finding]:
         return []
     pairs, over_heads, first_only, n, c = read
     seq, period = _PROBE[2], _PERIOD
-    wiring = next(
-        (w for w in _PM_WIRINGS if frozenset(_pm_pairs(seq, period, **w)) == pairs), None
-    )
+    wiring = next((w for w in _PM_WIRINGS if frozenset(_pm_pairs(seq, period, **w)) == pairs), None)
     if wiring is None or not _shared_ok(n, c):
         return []
     found = []

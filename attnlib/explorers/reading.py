@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from attnlib._validate import check_instance, check_int
 from attnlib.explorers._render import explorer_box, figure_png
@@ -48,9 +47,7 @@ class ReadingState:
 
     def summary(self) -> str:
         q = self.query
-        picks = ", ".join(
-            f"{j} '{self.labels[j]}' {self.weights[q, j]:.2f}" for j in self.top
-        )
+        picks = ", ".join(f"{j} '{self.labels[j]}' {self.weights[q, j]:.2f}" for j in self.top)
         return f"head {self.layer}.{self.head}, query {q} '{self.labels[q]}' reads: {picks}"
 
 

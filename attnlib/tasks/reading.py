@@ -90,7 +90,7 @@ class QKW:
 
     @property
     def scores(self) -> torch.Tensor:
-        """``q · k / √d_head`` of every query and key, (batch, n_heads, seq, seq), before the mask."""
+        """``q · k / √d_head``, (batch, n_heads, seq, seq), before the mask."""
         return self.q @ self.k.transpose(-2, -1) / math.sqrt(self.q.shape[-1])
 
 
