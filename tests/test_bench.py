@@ -17,8 +17,16 @@ def test_quick_bench_prints_every_table(capsys):
     assert main(["--quick"]) == 0
     out = capsys.readouterr().out
     assert re.search(r"\d+ cores, torch [\d.]+\S* \(\d+ threads\)", out)
-    for title in ("Attention time", "Peak memory", "Greedy decoding", "Fewer keys to keep"):
+    for title in (
+        "Attention time",
+        "Peak memory",
+        "Greedy decoding",
+        "Fewer keys to keep",
+        "The model of real text",
+    ):
         assert title in out
+    # lesson 16: the plays model decodes the same characters with and without the cache
+    assert re.search(r"^\s*8\s+\d+\s+\d+\s+[\d.]+\s+yes$", out[out.index("real text") :], re.M)
     # attention rows for both sizes, with a ratio column filled in
     assert re.search(r"^\s*64\s+[\d.]+\s+[\d.]+", out, re.M)
     assert re.search(r"^\s*128\s+causal", out, re.M)

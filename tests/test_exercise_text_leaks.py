@@ -19,7 +19,7 @@ from collections import defaultdict
 import pytest
 from test_exercise_leaks import COURSE, Solution, key_expressions, occurs_in
 
-LESSONS = tuple(f"{n:02d}" for n in range(16))  # every lesson
+LESSONS = tuple(f"{n:02d}" for n in range(17))  # every lesson
 
 _SPAN = re.compile(r"`([^`\n]+)`")
 

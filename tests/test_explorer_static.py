@@ -21,6 +21,7 @@ from attnlib.explorers import (
     keys_kept_explorer,
     mask_explorer,
     query_explorer,
+    reading_explorer,
     scaling_explorer,
 )
 from attnlib.explorers._render import STILL_CAPTION, captioned_png, figure_png
@@ -38,12 +39,25 @@ def _heads():
     return rng.dirichlet(np.ones(5), size=(2, 5))  # (n_heads, seq_q, seq_k)
 
 
+def _plays_model():
+    from attnlib.tasks import plays
+
+    return plays.load_model()
+
+
+def _plays_vocab():
+    from attnlib.tasks import plays
+
+    return plays.vocabulary()
+
+
 EXPLORERS = {
     "query": lambda: query_explorer(angle=30.0, d_k=16),
     "scaling": lambda: scaling_explorer(d_k=64),
     "mask": lambda: mask_explorer("causal + padding", 4),
     "heads": lambda: head_explorer(_heads(), queries=list("abcde"), keys=list("abcde")),
     "keys_kept": lambda: keys_kept_explorer(window=4, k=4, d_latent=64),
+    "reading": lambda: reading_explorer(_plays_model(), _plays_vocab(), "Now tell me"),
 }
 
 

@@ -32,6 +32,7 @@ LESSON_FILES = {
     "13": "13_induction_heads.ipynb",
     "14": "14_fewer_keys.ipynb",
     "15": "15_block.ipynb",
+    "16": "16_real_text.ipynb",
 }
 # "notes": speaker notes (reveal.js, key S), placed right after the slide they belong to.
 SLIDE_TYPES = {"slide", "subslide", "fragment", "-", "skip", "notes"}
@@ -344,6 +345,7 @@ MIN_GRADED = {
     "09": 2,
     "14": 2,
     "15": 2,
+    "16": 2,
 }
 
 

@@ -89,6 +89,7 @@ from attnlib.checks import (  # noqa: E402, F401 - imported to register their ex
     ex_mha,
     ex_positions,
     ex_projections,
+    ex_real_text,
     ex_relevance,
     ex_scaling,
     ex_syntax,

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from attnlib.checks._core import Case, Exercise, Finding, Misconception, register
-from attnlib.checks.measure import fmt
+from attnlib.checks.measure import fmt, linear_map
 
 # References written here, apart from attnlib.tasks.induction (which learners must not
 # call); tests/test_induction.py proves them equal.
@@ -121,36 +121,9 @@ def _number(o):
     return float(a.reshape(()))
 
 
-def _linear_map(learner, shape):
-    """(coefficients (n_out, n_in), output shape) of a linear function of a (shape) tensor,
-    read off with one-hot inputs and confirmed on a random one; None if it is not linear."""
-    n_in = int(np.prod(shape))
-    cols, out_shape = [], None
-    for i in range(n_in):
-        x = torch.zeros(n_in, dtype=torch.float64)
-        x[i] = 1.0
-        o = learner(x.reshape(shape))
-        a = o.array(0) if o.ok and o.arity == 1 else None
-        if a is None or a.dtype == bool or (out_shape is not None and a.shape != out_shape):
-            return None
-        out_shape = a.shape
-        cols.append(a.ravel())
-    C = np.stack(cols, axis=1)  # (n_out, n_in)
-    x = torch.rand(shape, generator=torch.Generator().manual_seed(1399), dtype=torch.float64)
-    o = learner(x)
-    a = o.array(0) if o.ok and o.arity == 1 else None
-    if (
-        a is None
-        or a.shape != out_shape
-        or not np.allclose(a.ravel(), C @ x.numpy().ravel(), rtol=1e-4, atol=1e-7)
-    ):
-        return None
-    return C, out_shape
-
-
 def _infer_prev(learner) -> list[Finding]:
     batch, n_heads, seq = _PREV_PROBE
-    read = _linear_map(learner, (batch, n_heads, seq, seq))
+    read = linear_map(learner, (batch, n_heads, seq, seq), seed=1399)
     if read is None:
         return []
     C, out_shape = read

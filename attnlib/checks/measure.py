@@ -9,7 +9,9 @@ across exercises live here:
 * :func:`log_fit` — the multiplier ``c`` such that ``log w = c · s + (a constant per
   row, per column, or overall)``: how the weights depend on known raw scores ``s``;
 * :func:`name_factor` — which of a list of candidate multipliers a measured one is;
-* :func:`fmt` — numbers as a learner reads them (``0.354``, ``16``).
+* :func:`fmt` — numbers as a learner reads them (``0.354``, ``16``);
+* :func:`linear_map` — the coefficients of a function that is linear in one tensor (a
+  score averaged from attention weights), read off with one-hot probes.
 
 Everything takes and returns plain numpy float64 arrays (``Outcome.parts``). The numpy
 functions used are captured at import, like those of ``_core``.
@@ -30,7 +32,16 @@ _where = np.where
 _asarray = np.asarray
 _zeros_like = np.zeros_like
 
-__all__ = ["close", "fmt", "log_fit", "name_factor", "normalisation", "tolerance", "tolerances"]
+__all__ = [
+    "close",
+    "fmt",
+    "linear_map",
+    "log_fit",
+    "name_factor",
+    "normalisation",
+    "tolerance",
+    "tolerances",
+]
 
 
 def tolerance(eps: float) -> float:
@@ -140,3 +151,38 @@ def name_factor(
         if abs(c - value) <= rel * abs(value):
             return label, mid
     return None
+
+
+def linear_map(learner, shape, *, seed: int):
+    """(coefficients (n_out, n_in), output shape) of a learner's function that is linear in
+    one float64 tensor of ``shape``, read off with one-hot inputs and confirmed on a random
+    one (drawn with ``seed``); None if it is not linear, raises, or returns no array.
+
+    ``learner`` is the exercise's :class:`attnlib.checks._core.Learner` bound to the other
+    arguments (``lambda w: learner(w, period)``): one call per entry of ``shape``, so keep
+    ``shape`` small.
+    """
+    import torch
+
+    n_in = int(np.prod(shape))
+    cols, out_shape = [], None
+    for i in range(n_in):
+        x = torch.zeros(n_in, dtype=torch.float64)
+        x[i] = 1.0
+        o = learner(x.reshape(shape))
+        a = o.array(0) if o.ok and o.arity == 1 else None
+        if a is None or a.dtype == bool or (out_shape is not None and a.shape != out_shape):
+            return None
+        out_shape = a.shape
+        cols.append(a.ravel())
+    coef = np.stack(cols, axis=1)  # (n_out, n_in)
+    x = torch.rand(shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    o = learner(x)
+    a = o.array(0) if o.ok and o.arity == 1 else None
+    if (
+        a is None
+        or a.shape != out_shape
+        or not np.allclose(a.ravel(), coef @ x.numpy().ravel(), rtol=1e-4, atol=1e-7)
+    ):
+        return None
+    return coef, out_shape

@@ -9,7 +9,9 @@ Measured in one run, on this machine, printed as plain-text tables:
    deterministic), seq 512–4096;
 3. decoding with and without the KV cache (tokens/s, speedup) at 256 and 1024 new tokens;
 4. lesson 14's variants (full, grouped, latent, windowed, hybrid, top-k selected and shared
-   keys): cache bytes per token and decoding tokens/s with each one's cache.
+   keys): cache bytes per token and decoding tokens/s with each one's cache;
+5. lesson 16's model of real text (the shipped plays model): greedy decoding with and
+   without the cache, tokens/s and whether the characters are the same.
 
 ``--course`` also runs every lesson under strict nbval and reports the wall time and the
 slowest lesson (minutes). ``--quick`` is a tiny configuration for tests.
@@ -336,7 +338,53 @@ def bench_fewer_keys(new_tokens, *, config=None, prompt_len=16, sizes=None, repe
 
 
 # ----------------------------------------------------------------------------------------
-# 5. The course under strict nbval (optional).
+# 5. The model of real text (lesson 16).
+# ----------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def bench_plays(news, *, prompt_text="MIRANDA.\n", repeats=3):
+    """Tokens/s of the shipped plays model (:func:`attnlib.tasks.plays.load_model`) decoding
+    greedily with and without the cache, interleaved, for each number of new characters."""
+    from attnlib.decoder import generate
+    from attnlib.tasks import plays
+
+    model, vocab = plays.load_model(), plays.vocabulary()
+    prompt = vocab.encode(prompt_text)[None]  # (1, prompt_len)
+    rows = []
+    with torch_threads(1):
+        for n in news:
+            t = median_times(
+                {
+                    "cache": functools.partial(generate, model, prompt, n, use_cache=True),
+                    "full": functools.partial(generate, model, prompt, n, use_cache=False),
+                },
+                repeats=repeats,
+                warmup=1,
+            )
+            a = generate(model, prompt, n, use_cache=True).tokens
+            b = generate(model, prompt, n, use_cache=False).tokens
+            rows.append(
+                [
+                    str(n),
+                    f"{n / t['cache']:.0f}",
+                    f"{n / t['full']:.0f}",
+                    f"{t['full'] / t['cache']:.1f}",
+                    "yes" if torch.equal(a, b) else "NO",
+                ]
+            )
+    headers = ["new characters", "cache tok/s", "no cache tok/s", "speedup", "same characters"]
+    n_params = sum(p.numel() for p in model.parameters())
+    title = (
+        f"The model of real text (lesson 16): the shipped plays model ({model.n_layers} blocks, "
+        f"{model.n_heads} heads, d_model {model.d_model}, {n_params:,} parameters), greedy "
+        f"decoding after {prompt.shape[1]} characters, batch 1, 1 torch thread"
+    )
+    return title + "\n" + _table(headers, rows)
+
+
+# ----------------------------------------------------------------------------------------
+# 6. The course under strict nbval (optional).
 # ----------------------------------------------------------------------------------------
 
 
@@ -380,6 +428,8 @@ def main(argv: list[str] | None = None) -> int:
         sizes |= {"gqa": {"n_kv_heads": 2}}
         config = config | {"n_layers": 2}  # two layers: one to share keys with the other
         print(bench_fewer_keys(12, config=config, prompt_len=4, sizes=sizes, repeats=1))
+        print()
+        print(bench_plays((8,), repeats=1))
     else:
         print(bench_attention((128, 256, 512, 1024, 2048)), flush=True)
         print(flush=True)
@@ -388,6 +438,8 @@ def main(argv: list[str] | None = None) -> int:
         print(bench_decoding((256, 1024)), flush=True)
         print(flush=True)
         print(bench_fewer_keys(512), flush=True)
+        print(flush=True)
+        print(bench_plays((64, 240)), flush=True)
     if args.course:
         print(flush=True)
         print(bench_course(course_root()), flush=True)

@@ -4,7 +4,7 @@ One module per explorer — :mod:`~attnlib.explorers.dot` (lesson 01),
 :mod:`~attnlib.explorers.query` (03),
 :mod:`~attnlib.explorers.scale` (04), :mod:`~attnlib.explorers.heads` (07),
 :mod:`~attnlib.explorers.mask` (08), :mod:`~attnlib.explorers.induction` (13),
-:mod:`~attnlib.explorers.keys_kept` (14) —
+:mod:`~attnlib.explorers.keys_kept` (14), :mod:`~attnlib.explorers.reading` (16) —
 and one helper, ``_render``, that draws a figure to
 PNG in the course style and wires controls, readout and image into a widget box.
 
@@ -19,6 +19,7 @@ from attnlib.explorers.induction import InductionState, induction_explorer, indu
 from attnlib.explorers.keys_kept import KeysKeptState, keys_kept_explorer, keys_kept_state
 from attnlib.explorers.mask import MASK_MODES, MaskState, mask_explorer, mask_state
 from attnlib.explorers.query import QueryState, query_explorer, query_state
+from attnlib.explorers.reading import ReadingState, reading_explorer, reading_state
 from attnlib.explorers.scale import ExplorerState, explorer_state, scaling_explorer
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "KeysKeptState",
     "MaskState",
     "QueryState",
+    "ReadingState",
     "dot_explorer",
     "dot_state",
     "explorer_state",
@@ -43,5 +45,7 @@ __all__ = [
     "mask_state",
     "query_explorer",
     "query_state",
+    "reading_explorer",
+    "reading_state",
     "scaling_explorer",
 ]

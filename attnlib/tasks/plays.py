@@ -1,0 +1,727 @@
+"""The course's GPT trained on the plays, read by lesson 16: its loss and its heads, measured.
+
+The model is :class:`attnlib.gpt.GPT` (lesson 15's model, proven equal to Hugging Face's
+GPT-2) of :data:`CONFIG`, trained as a character model on ``data/plays.txt``
+(:mod:`attnlib.tasks.text`). The split is by play: the first seven plays train it, the
+eighth, *The Tempest* (98 320 characters, :data:`VALIDATION_PLAY`), is held out whole.
+
+* :func:`training_tokens`, :func:`validation_tokens` — the two sides of the split as token
+  ids; :func:`validation_loss` — the model's mean next-character loss (nats) on the held-out
+  play; :func:`unigram_loss` and :func:`bigram_loss` — what counting characters (and pairs)
+  in the training plays gets on it, the baselines the model must beat;
+* head scores, each of shape (n_heads,) from one layer's attention weights (tested against
+  hand-built maps): :func:`previous_token_score` (mean weight on position t-1),
+  :func:`prefix_matching_score` (on a block of tokens repeated: weight on the token *after*
+  the earlier occurrence of the query's token — an induction head's signature),
+  :func:`attention_on` (the share of attention on chosen keys: the first position, or
+  newlines — attention sinks); :func:`head_scores` measures all of them for every head of
+  a model (:class:`HeadScores`), on :func:`repeated_random_text` and on the held-out play;
+* :func:`train_model` (seeded, on one thread, Adam with linear warm-up and cosine decay),
+  :func:`save_weights`, :func:`load_model`, :func:`write_log`, :func:`read_log`,
+  :func:`read_results`.
+
+Run ``python -m attnlib.tasks.plays --train`` to retrain the model and rewrite
+``data/plays_model.pt``, ``data/plays_log.tsv``, ``data/plays_short_log.tsv`` and
+``data/plays_results.tsv`` (one thread, seeded; data/README.md states the time).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from attnlib._validate import check_array, check_instance, check_int
+from attnlib.gpt import GPT
+from attnlib.tasks.shipped import data_file, read_log_table, train_command
+from attnlib.tasks.text import CORPUS_PATH, CharVocab, load_text, split_plays
+from attnlib.training import progress_bar, torch_threads
+
+__all__ = [
+    "CONFIG",
+    "TRAINING",
+    "SHORT_TRAINING",
+    "SCORE_NAMES",
+    "VALIDATION_PLAY",
+    "WEIGHTS_PATH",
+    "LOG_PATH",
+    "SHORT_LOG_PATH",
+    "RESULTS_PATH",
+    "LOG_COLUMNS",
+    "vocabulary",
+    "training_tokens",
+    "validation_tokens",
+    "validation_windows",
+    "validation_loss",
+    "unigram_loss",
+    "bigram_loss",
+    "learning_rate",
+    "previous_token_score",
+    "prefix_matching_score",
+    "attention_on",
+    "repeated_random_text",
+    "HeadScores",
+    "head_scores",
+    "train_model",
+    "save_weights",
+    "load_model",
+    "write_log",
+    "read_log",
+    "write_results",
+    "read_results",
+]
+
+VALIDATION_PLAY = 7  # index in text.PLAYS: The Tempest, the last play, held out whole
+# The model (attnlib.gpt.GPT's arguments but vocab_size, which is the corpus's: 76).
+CONFIG = {"d_model": 128, "n_heads": 4, "n_layers": 2, "max_len": 256}
+# The shipped run. lr: peak; warmup: steps of linear warm-up; final: the lr at the last
+# step, as a fraction of the peak (cosine decay in between); clip: global gradient norm.
+TRAINING = {
+    "steps": 4000,
+    "batch": 8,
+    "lr": 4e-3,
+    "warmup": 100,
+    "final": 0.1,
+    "clip": 1.0,
+    "seed": 0,
+    "eval_every": 100,
+}
+# The shortened schedule `make test` retraces: the same model, code and data, 30 steps.
+SHORT_TRAINING = {**TRAINING, "steps": 30, "batch": 4, "warmup": 5, "eval_every": 10}
+PROBE_LENGTH = 64  # repeated_random_text: the block's length (seq = 2 * 64)
+PROBE_BATCH = 32
+PROBE_SEED = 1234
+EVAL_WINDOWS = 16  # the validation windows of the log's `val_loss` column (every eval_every)
+
+WEIGHTS_PATH = data_file("plays_model.pt")
+LOG_PATH = data_file("plays_log.tsv")
+SHORT_LOG_PATH = data_file("plays_short_log.tsv")
+RESULTS_PATH = data_file("plays_results.tsv")
+LOG_COLUMNS = ("step", "lr", "loss", "val_loss", "prefix_matching")
+TRAIN_COMMAND = "python -m attnlib.tasks.plays --train"
+
+
+# ----------------------------------------------------------------------------------------
+# The data and the baselines.
+# ----------------------------------------------------------------------------------------
+
+
+def vocabulary(path: str | Path = CORPUS_PATH) -> CharVocab:
+    """The corpus's character vocabulary (76 characters; token ``i`` is ``chars[i]``)."""
+    return CharVocab.from_text(load_text(path))
+
+
+def _split(path) -> tuple[str, str]:
+    plays = split_plays(load_text(path))
+    if len(plays) <= VALIDATION_PLAY:
+        raise ValueError(f"plays: {path} holds {len(plays)} plays, expected 8")
+    train = [p for i, p in enumerate(plays) if i != VALIDATION_PLAY]
+    return "\n\n\n\n\n".join(train) + "\n", plays[VALIDATION_PLAY] + "\n"
+
+
+def training_tokens(path: str | Path = CORPUS_PATH) -> torch.Tensor:
+    """The seven training plays, joined as in the corpus, as token ids (LongTensor (n,))."""
+    return vocabulary(path).encode(_split(path)[0])
+
+
+def validation_tokens(path: str | Path = CORPUS_PATH) -> torch.Tensor:
+    """The held-out play (*The Tempest*) as token ids, LongTensor (n,)."""
+    return vocabulary(path).encode(_split(path)[1])
+
+
+def validation_windows(
+    tokens: torch.Tensor, length: int = CONFIG["max_len"], n: int | None = None
+) -> torch.Tensor:
+    """Cut ``tokens`` into windows of ``length + 1`` tokens (inputs and next-token targets).
+
+    Parameters
+    ----------
+    tokens : LongTensor of shape (n,)
+    length : int, default ``CONFIG["max_len"]``
+        The inputs' length; ``n > length``.
+    n : int, optional
+        None: consecutive windows that overlap by one token, so every token but the first is
+        predicted exactly once (a tail shorter than a window is dropped). An int: ``n``
+        windows at evenly spaced starts (the log's quick estimate).
+
+    Returns
+    -------
+    LongTensor of shape (windows, length + 1)
+    """
+    check_array("validation_windows", "tokens", tokens, only="torch")
+    length = check_int("validation_windows", "length", length, minimum=1)
+    if tokens.ndim != 1 or tokens.numel() < length + 1:
+        raise ValueError(
+            f"validation_windows: tokens must have shape (n,) with n > length = {length}, got "
+            f"{tuple(tokens.shape)}"
+        )
+    last = tokens.numel() - length - 1  # the last valid start
+    if n is None:
+        starts = torch.arange(0, last + 1, length)
+    else:
+        n = check_int("validation_windows", "n", n, minimum=1)
+        starts = torch.linspace(0, last, n).round().long()
+    return torch.stack([tokens[s : s + length + 1] for s in starts.tolist()])
+
+
+def validation_loss(model: GPT, windows: torch.Tensor | None = None, batch: int = 64) -> float:
+    """Mean next-token cross-entropy (nats) of ``model`` over ``windows``.
+
+    Evaluated in eval mode, without gradients, on one thread; the model's mode is restored.
+
+    Parameters
+    ----------
+    model : GPT
+    windows : LongTensor of shape (n, length + 1), optional
+        Default: the whole held-out play in :func:`validation_windows` of the model's
+        ``max_len`` (every character predicted once, from 1 to ``max_len`` characters of
+        context).
+    batch : int, default 64
+        Windows per forward pass (memory only; the result does not depend on it but for
+        float rounding).
+
+    Returns
+    -------
+    float
+        The loss in nats per character (divide by ln 2 for bits).
+    """
+    check_instance("validation_loss", "model", model, GPT, "an attnlib.gpt.GPT")
+    if windows is None:
+        windows = validation_windows(validation_tokens(), model.max_len)
+    total, count = 0.0, 0
+    was_training = model.training
+    model.eval()
+    with torch.no_grad(), torch_threads(1):
+        for i in range(0, len(windows), batch):
+            w = windows[i : i + batch]
+            logits = model(w[:, :-1])  # (b, length, vocab)
+            loss = F.cross_entropy(logits.flatten(0, 1), w[:, 1:].flatten(), reduction="sum")
+            total, count = total + float(loss), count + w[:, 1:].numel()
+    model.train(was_training)
+    return total / count
+
+
+def _check_counts(fn: str, train, held_out, size) -> None:
+    size = check_int(fn, "size", size, minimum=1)
+    for name, t in (("train", train), ("held_out", held_out)):
+        check_array(fn, name, t, only="torch")
+        if t.dtype != torch.long or t.ndim != 1 or t.numel() < 2:
+            raise ValueError(
+                f"{fn}: {name} must be a LongTensor (n >= 2,), got {t.dtype} {tuple(t.shape)}"
+            )
+        if bool(((t < 0) | (t >= size)).any()):
+            raise ValueError(f"{fn}: {name} holds ids outside 0 .. size - 1 = {size - 1}")
+
+
+def _counts(tokens: torch.Tensor, size: int, order: int) -> np.ndarray:
+    t = tokens.numpy()
+    if order == 1:
+        return np.bincount(t, minlength=size).astype(np.float64)
+    return np.bincount(t[:-1] * size + t[1:], minlength=size * size).reshape(size, size) * 1.0
+
+
+def unigram_loss(train: torch.Tensor, held_out: torch.Tensor, size: int, alpha: float = 1.0):
+    """The unigram baseline: no context at all.
+
+    Parameters
+    ----------
+    train, held_out : LongTensor of shape (n,)
+        Token ids in 0 .. size-1.
+    size : int
+        The vocabulary's size.
+    alpha : float, default 1.0
+        Add-``alpha`` smoothing (Laplace for 1): every character counts ``alpha`` more.
+
+    Returns
+    -------
+    float
+        The cross-entropy (nats) on ``held_out[1:]`` (the characters a model predicts) of the
+        smoothed character frequencies of ``train``.
+    """
+    _check_counts("unigram_loss", train, held_out, size)
+    p = _counts(train, size, 1) + alpha
+    logp = np.log(p / p.sum())
+    return float(-logp[held_out[1:].numpy()].mean())
+
+
+def bigram_loss(train: torch.Tensor, held_out: torch.Tensor, size: int, alpha: float = 1.0):
+    """The bigram baseline: one character of context.
+
+    Parameters
+    ----------
+    train, held_out, size, alpha
+        As for :func:`unigram_loss`; every pair counts ``alpha`` more.
+
+    Returns
+    -------
+    float
+        The cross-entropy (nats) on ``held_out[1:]`` of P(next | previous character) counted
+        in ``train``.
+    """
+    _check_counts("bigram_loss", train, held_out, size)
+    p = _counts(train, size, 2) + alpha
+    logp = np.log(p / p.sum(1, keepdims=True))
+    h = held_out.numpy()
+    return float(-logp[h[:-1], h[1:]].mean())
+
+
+# ----------------------------------------------------------------------------------------
+# Head scores.
+# ----------------------------------------------------------------------------------------
+
+
+def _check_weights(fn: str, weights) -> None:
+    check_array(fn, "weights", weights, only="torch")
+    if weights.ndim != 4 or weights.shape[-1] != weights.shape[-2]:
+        raise ValueError(
+            f"{fn}: weights must be causal self-attention weights of shape (batch, n_heads, "
+            f"seq, seq), got {tuple(weights.shape)}"
+        )
+    if weights.shape[-1] < 2:
+        raise ValueError(f"{fn}: weights need seq >= 2 positions, got {weights.shape[-1]}")
+
+
+def previous_token_score(weights: torch.Tensor) -> torch.Tensor:
+    """Mean weight each head puts on the position right before the query.
+
+    Parameters
+    ----------
+    weights : Tensor of shape (batch, n_heads, seq, seq)
+        One layer's causal self-attention weights (rows sum to 1).
+
+    Returns
+    -------
+    Tensor of shape (n_heads,)
+        The mean over the batch and the query positions t = 1 .. seq-1 of
+        ``weights[b, h, t, t - 1]``: 1 for a head that always looks one position back.
+
+    Examples
+    --------
+    >>> w = torch.zeros(1, 1, 3, 3)
+    >>> w[0, 0, 0, 0] = w[0, 0, 1, 0] = w[0, 0, 2, 1] = 1.0   # always the previous position
+    >>> previous_token_score(w)
+    tensor([1.])
+    """
+    _check_weights("previous_token_score", weights)
+    t = torch.arange(1, weights.shape[-1])
+    return weights[:, :, t, t - 1].mean(dim=(0, 2))  # (n_heads,)
+
+
+def prefix_matching_score(weights: torch.Tensor, period: int) -> torch.Tensor:
+    """Mean weight each head puts on the token after the earlier occurrence of the query's.
+
+    For a sequence whose token at position t equals the one at ``t - period`` (a block
+    repeated, :func:`repeated_random_text`), the query at t ≥ ``period`` has seen its own
+    token at ``t - period``; an induction head attends to the token that came *next*, at
+    ``t - period + 1``, and copies it as its prediction.
+
+    Parameters
+    ----------
+    weights : Tensor of shape (batch, n_heads, seq, seq)
+    period : int
+        The block's length, 1 <= period < seq.
+
+    Returns
+    -------
+    Tensor of shape (n_heads,)
+        The mean over the batch and the queries t = period .. seq-1 of
+        ``weights[b, h, t, t - period + 1]``.
+
+    Examples
+    --------
+    >>> w = torch.zeros(1, 1, 6, 6)       # a block of 3 seen twice: query t looks at t - 2
+    >>> for t in range(6):
+    ...     w[0, 0, t, max(t - 2, 0)] = 1.0
+    >>> prefix_matching_score(w, 3)
+    tensor([1.])
+    """
+    fn = "prefix_matching_score"
+    _check_weights(fn, weights)
+    seq = weights.shape[-1]
+    period = check_int(fn, "period", period, minimum=1, maximum=seq - 1)
+    t = torch.arange(period, seq)
+    return weights[:, :, t, t - period + 1].mean(dim=(0, 2))  # (n_heads,)
+
+
+def attention_on(weights: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """The share of each head's attention that goes to the chosen keys.
+
+    Parameters
+    ----------
+    weights : Tensor of shape (batch, n_heads, seq, seq)
+    keys : BoolTensor of shape (seq,) or (batch, seq)
+        True at the key positions that count: ``keys[0] = True`` alone for the first
+        position, ``tokens == newline`` for newlines.
+
+    Returns
+    -------
+    Tensor of shape (n_heads,)
+        The mean over the batch and the query positions t = 1 .. seq-1 of the weight on the
+        chosen keys (query 0 sees only position 0 and is left out).
+
+    Examples
+    --------
+    >>> w = torch.tensor([[[[1.0, 0, 0], [0.5, 0.5, 0], [0.2, 0.2, 0.6]]]])
+    >>> first = torch.tensor([True, False, False])
+    >>> attention_on(w, first)                      # (0.5 + 0.2) / 2
+    tensor([0.3500])
+    """
+    fn = "attention_on"
+    _check_weights(fn, weights)
+    check_array(fn, "keys", keys, only="torch")
+    batch, _, seq, _ = weights.shape
+    if keys.dtype != torch.bool or keys.shape not in ((seq,), (batch, seq)):
+        raise ValueError(
+            f"{fn}: keys must be a BoolTensor of shape (seq,) = ({seq},) or (batch, seq) = "
+            f"({batch}, {seq}), got {keys.dtype} {tuple(keys.shape)}"
+        )
+    keys = keys.expand(batch, seq)[:, None, None, :]  # (batch, 1, 1, seq)
+    on = (weights * keys).sum(-1)  # (batch, n_heads, seq)
+    return on[:, :, 1:].mean(dim=(0, 2))  # (n_heads,)
+
+
+def repeated_random_text(
+    batch: int,
+    length: int,
+    vocab: CharVocab,
+    *,
+    generator: torch.Generator | None = None,
+    exclude: str = "\n",
+) -> torch.Tensor:
+    """``length`` random characters, then the same characters again.
+
+    Characters are drawn uniformly and independently (repeats allowed) from the vocabulary
+    without ``exclude``; text like this never occurs in the plays, so only a head that
+    matches prefixes, whatever the characters, predicts the second copy.
+
+    Returns
+    -------
+    tokens : LongTensor of shape (batch, 2 * length)
+    """
+    fn = "repeated_random_text"
+    batch = check_int(fn, "batch", batch, minimum=1)
+    length = check_int(fn, "length", length, minimum=1)
+    check_instance(fn, "vocab", vocab, CharVocab, "a CharVocab")
+    allowed = torch.tensor([i for i, c in enumerate(vocab.chars) if c not in exclude])
+    if allowed.numel() == 0:
+        raise ValueError(f"{fn}: exclude={exclude!r} leaves no character to draw")
+    block = allowed[torch.randint(0, allowed.numel(), (batch, length), generator=generator)]
+    return torch.cat([block, block], 1)  # (batch, 2 * length)
+
+
+@dataclass
+class HeadScores:
+    """Every head's scores, each an ndarray of shape (n_layers, n_heads).
+
+    Attributes
+    ----------
+    previous_token : on the held-out play, mean weight on position t-1.
+    prefix_matching : on :func:`repeated_random_text` (``PROBE_BATCH`` rows, a block of
+        ``PROBE_LENGTH``), mean weight on the token after the query token's earlier
+        occurrence.
+    prefix_matching_text : the same on real text: ``PROBE_LENGTH`` characters of the
+        held-out play (one passage per real-text window), then the same passage again.
+    first_position, newline : on the held-out play, the share of attention on position 0
+        and on newline characters.
+    uniform_first, uniform_newline : float
+        The same two shares for a head that attends uniformly (what "a sink" is
+        compared with).
+    """
+
+    previous_token: np.ndarray
+    prefix_matching: np.ndarray
+    prefix_matching_text: np.ndarray
+    first_position: np.ndarray
+    newline: np.ndarray
+    uniform_first: float
+    uniform_newline: float
+
+    def best(self, name: str) -> tuple[int, int, float]:
+        """(layer, head, score) of the highest-scoring head for score ``name``."""
+        scores = getattr(self, name)
+        layer, head = np.unravel_index(int(np.argmax(scores)), scores.shape)
+        return int(layer), int(head), float(scores[layer, head])
+
+
+def _weights(model: GPT, tokens: torch.Tensor) -> list[torch.Tensor]:
+    with torch.no_grad(), torch_threads(1):
+        _, weights = model(tokens, return_weights=True)
+    return weights
+
+
+def head_scores(model: GPT, vocab: CharVocab | None = None, windows: int = 8) -> HeadScores:
+    """Measure every head of ``model`` (eval mode, one thread).
+
+    The real-text scores read ``windows`` evenly spaced windows of ``max_len`` characters
+    from the held-out play; prefix matching reads :func:`repeated_random_text` of
+    ``PROBE_BATCH`` rows and a block of ``PROBE_LENGTH`` (seeded, ``PROBE_SEED``).
+    """
+    check_instance("head_scores", "model", model, GPT, "an attnlib.gpt.GPT")
+    vocab = vocabulary() if vocab is None else vocab
+    was_training = model.training
+    model.eval()
+    gen = torch.Generator().manual_seed(PROBE_SEED)
+    rnd = repeated_random_text(PROBE_BATCH, PROBE_LENGTH, vocab, generator=gen)
+    real = validation_windows(validation_tokens(), model.max_len - 1, windows)
+    newline = real == vocab.encode("\n")[0]  # (windows, max_len)
+    first = torch.zeros(real.shape[1], dtype=torch.bool)
+    first[0] = True
+    passages = real[:, :PROBE_LENGTH]
+    w_rnd, w_real = _weights(model, rnd), _weights(model, real)
+    w_text = _weights(model, torch.cat([passages, passages], 1))
+    model.train(was_training)
+    uniform = torch.tril(torch.ones(real.shape[1], real.shape[1]))
+    uniform = (uniform / uniform.sum(-1, keepdim=True)).expand(len(real), 1, -1, -1)
+
+    def stack(f):
+        return np.stack([f(i).double().numpy() for i in range(model.n_layers)])
+
+    return HeadScores(
+        previous_token=stack(lambda i: previous_token_score(w_real[i])),
+        prefix_matching=stack(lambda i: prefix_matching_score(w_rnd[i], PROBE_LENGTH)),
+        prefix_matching_text=stack(lambda i: prefix_matching_score(w_text[i], PROBE_LENGTH)),
+        first_position=stack(lambda i: attention_on(w_real[i], first)),
+        newline=stack(lambda i: attention_on(w_real[i], newline)),
+        uniform_first=float(attention_on(uniform, first)[0]),
+        uniform_newline=float(attention_on(uniform, newline)[0]),
+    )
+
+
+# ----------------------------------------------------------------------------------------
+# Training.
+# ----------------------------------------------------------------------------------------
+
+
+def learning_rate(step: int, training: dict = TRAINING) -> float:
+    """The learning rate at ``step``: linear warm-up to ``lr`` over ``warmup`` steps, then
+    a cosine decay to ``final · lr`` at the last step.
+
+    Examples
+    --------
+    >>> t = {"steps": 11, "lr": 1.0, "warmup": 2, "final": 0.1}
+    >>> [round(learning_rate(s, t), 3) for s in (0, 1, 6, 10)]
+    [0.5, 1.0, 0.472, 0.1]
+    """
+    steps, lr, warmup = training["steps"], training["lr"], training["warmup"]
+    check_int("learning_rate", "step", step, minimum=0, maximum=steps - 1)
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    progress = (step - warmup + 1) / max(steps - warmup, 1) if steps > warmup else 1.0
+    cosine = 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+    return lr * (training["final"] + (1 - training["final"]) * cosine)
+
+
+def _new_model(vocab_size: int) -> GPT:
+    return GPT(vocab_size, **CONFIG)
+
+
+def train_model(training: dict = TRAINING, *, progress: bool = False, path=CORPUS_PATH):
+    """Train a fresh :class:`attnlib.gpt.GPT` of :data:`CONFIG` on the training plays.
+
+    Each step takes ``batch`` windows of ``max_len + 1`` characters at random starts in
+    the training plays (a seeded generator) and minimises the mean next-character loss with
+    Adam, :func:`learning_rate`'s schedule and gradient clipping. Every ``eval_every`` steps
+    and at the last, the log records the validation loss on ``EVAL_WINDOWS`` windows of the
+    held-out play and the highest prefix-matching score of any head. One thread, seeded:
+    the same run on every machine up to float rounding.
+
+    Parameters
+    ----------
+    training : dict
+        :data:`TRAINING` (the shipped run) or :data:`SHORT_TRAINING` (`make test`'s).
+    progress : bool, default False
+
+    Returns
+    -------
+    model : GPT (eval mode)
+    rows : dict of column name -> ndarray, the log (:func:`write_log`)
+    seconds : float
+        Wall time of the training loop.
+    """
+    missing = {"steps", "batch", "lr", "warmup", "final", "clip", "seed", "eval_every"}
+    missing -= set(training)
+    if missing:
+        raise ValueError(f"train_model: training lacks {sorted(missing)}")
+    vocab = vocabulary(path)
+    train_tokens, val = training_tokens(path), validation_tokens(path)
+    seq = CONFIG["max_len"]
+    eval_windows = validation_windows(val, seq, EVAL_WINDOWS)
+    probe = repeated_random_text(
+        PROBE_BATCH, PROBE_LENGTH, vocab, generator=torch.Generator().manual_seed(PROBE_SEED)
+    )
+    steps = training["steps"]
+    rows = {c: np.full(steps, np.nan) for c in LOG_COLUMNS}
+    rows["step"] = np.arange(steps)
+    t0 = time.perf_counter()
+    with torch_threads(1):
+        torch.manual_seed(training["seed"])
+        model = _new_model(vocab.size)
+        opt = torch.optim.Adam(model.parameters(), lr=training["lr"], betas=(0.9, 0.95))
+        gen = torch.Generator().manual_seed(training["seed"] + 1)
+        with progress_bar(steps, "plays model", progress) as bar:
+            for i in range(steps):
+                lr = learning_rate(i, training)
+                for group in opt.param_groups:
+                    group["lr"] = lr
+                starts = torch.randint(
+                    0, len(train_tokens) - seq, (training["batch"],), generator=gen
+                )
+                x = torch.stack([train_tokens[s : s + seq + 1] for s in starts.tolist()])
+                logits = model(x[:, :-1])  # (batch, seq, vocab)
+                loss = F.cross_entropy(logits.flatten(0, 1), x[:, 1:].flatten())
+                if not torch.isfinite(loss):
+                    raise FloatingPointError(
+                        f"train_model: the loss became {loss.item()} at step {i}"
+                    )
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), training["clip"])
+                opt.step()
+                rows["lr"][i], rows["loss"][i] = lr, loss.item()
+                if i % training["eval_every"] == 0 or i == steps - 1:
+                    rows["val_loss"][i] = validation_loss(model, eval_windows)
+                    model.eval()
+                    w = _weights(model, probe)
+                    model.train()
+                    rows["prefix_matching"][i] = max(
+                        float(prefix_matching_score(x, PROBE_LENGTH).max()) for x in w
+                    )
+                bar.update(1)
+    return model.eval(), rows, time.perf_counter() - t0
+
+
+# ----------------------------------------------------------------------------------------
+# Shipping and loading.
+# ----------------------------------------------------------------------------------------
+
+
+def save_weights(model: GPT, path: str | Path) -> None:
+    """Save the state dict in float16 (``lm_head.weight`` left out: it is ``wte.weight``)."""
+    state = {
+        k: v.detach().to(torch.float16).contiguous()
+        for k, v in model.state_dict().items()
+        if k != "lm_head.weight"
+    }
+    torch.save(state, path)
+
+
+def load_model(path: str | Path = WEIGHTS_PATH) -> GPT:
+    """The shipped model (float32, eval mode): a :class:`attnlib.gpt.GPT` of :data:`CONFIG`
+    over the corpus's 76 characters."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"load_model: {path} does not exist; run `{TRAIN_COMMAND}`")
+    state = torch.load(path, weights_only=True)
+    vocab_size = state["wte.weight"].shape[0]
+    model = _new_model(vocab_size)
+    state = {k: v.to(torch.float32) for k, v in state.items()}
+    state["lm_head.weight"] = state["wte.weight"]
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as e:
+        raise ValueError(
+            f"load_model: {path} does not hold a model of CONFIG = {CONFIG}; retrain it with "
+            f"`{TRAIN_COMMAND}` ({e})"
+        ) from None
+    return model.eval()
+
+
+def write_log(rows: dict, path: str | Path) -> None:
+    """The log as tab-separated text, one line per step: ``step``, ``lr`` (6 significant
+    digits), ``loss`` and ``val_loss`` (nats) and ``prefix_matching`` to 4 decimals
+    (``nan`` on the steps without an evaluation)."""
+    lines = ["\t".join(LOG_COLUMNS)]
+    for i in range(len(rows["step"])):
+        vals = [str(int(rows["step"][i])), f"{float(rows['lr'][i]):.6g}"]
+        vals += [f"{float(rows[c][i]):.4f}" for c in LOG_COLUMNS[2:]]
+        lines.append("\t".join(vals))
+    Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def read_log(path: str | Path = LOG_PATH) -> dict[str, np.ndarray]:
+    """A shipped log (default: the full run's; :data:`SHORT_LOG_PATH` for the short one)
+    as a dict of column name -> array, one entry per step."""
+    log = read_log_table(path, TRAIN_COMMAND, LOG_COLUMNS)
+    log["step"] = log["step"].astype(int)
+    return log
+
+
+SCORE_NAMES = (
+    "previous_token",
+    "prefix_matching",
+    "prefix_matching_text",
+    "first_position",
+    "newline",
+)
+
+
+def measure(model: GPT) -> dict[str, float]:
+    """The numbers ``plays_results.tsv`` holds for ``model``: its validation loss on the
+    whole held-out play and the two baselines (nats), and every head's scores
+    (``<score>/<layer>.<head>`` for every name in :data:`SCORE_NAMES`)."""
+    vocab = vocabulary()
+    train, val = training_tokens(), validation_tokens()
+    out = {
+        "val_loss": validation_loss(model),
+        "unigram_loss": unigram_loss(train, val, vocab.size),
+        "bigram_loss": bigram_loss(train, val, vocab.size),
+    }
+    scores = head_scores(model, vocab)
+    for name in SCORE_NAMES:
+        table = getattr(scores, name)
+        for layer, head in np.ndindex(table.shape):
+            out[f"{name}/{layer}.{head}"] = float(table[layer, head])
+    out["uniform_first"], out["uniform_newline"] = scores.uniform_first, scores.uniform_newline
+    return out
+
+
+def write_results(results: dict[str, float], path: str | Path) -> None:
+    """``name<TAB>value`` lines (values to 4 decimals; seconds to 1) under a header."""
+    lines = ["name\tvalue"]
+    for k, v in results.items():
+        lines.append(f"{k}\t{v:.1f}" if k == "train_seconds" else f"{k}\t{v:.4f}")
+    Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def read_results(path: str | Path = RESULTS_PATH) -> dict[str, float]:
+    """The shipped measurements (:func:`measure`, plus ``train_seconds``) as a dict."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"read_results: {path} does not exist; run `{TRAIN_COMMAND}`")
+    lines = path.read_text(encoding="utf-8").splitlines()
+    if lines[:1] != ["name\tvalue"]:
+        raise ValueError(f"read_results: {path} does not start with the header 'name<TAB>value'")
+    return {k: float(v) for k, v in (ln.split("\t") for ln in lines[1:])}
+
+
+def _train_and_save(out: Path, progress: bool) -> str:
+    _, short_rows, _ = train_model(SHORT_TRAINING, progress=progress)
+    write_log(short_rows, out / SHORT_LOG_PATH.name)
+    model, rows, seconds = train_model(TRAINING, progress=progress)
+    save_weights(model, out / WEIGHTS_PATH.name)
+    write_log(rows, out / LOG_PATH.name)
+    results = {**measure(load_model(out / WEIGHTS_PATH.name)), "train_seconds": seconds}
+    write_results(results, out / RESULTS_PATH.name)
+    best = {
+        n: max((v, k) for k, v in results.items() if k.startswith(n + "/")) for n in SCORE_NAMES
+    }
+    heads = "; ".join(f"{n} {k.split('/')[1]} {v:.3f}" for n, (v, k) in best.items())
+    return (
+        f"validation loss {results['val_loss']:.4f} nats (unigram {results['unigram_loss']:.4f}, "
+        f"bigram {results['bigram_loss']:.4f}); best heads: {heads}; training loop {seconds:.0f} s"
+    )
+
+
+def _main(argv=None) -> None:
+    train_command(
+        argv, __doc__, "train the model and save it", WEIGHTS_PATH.parent, _train_and_save
+    )
+
+
+if __name__ == "__main__":
+    _main()
