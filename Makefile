@@ -23,7 +23,8 @@ help:
 	@echo "make autograde  nbgrader: grade submitted/ (each kernel sandboxed; JOBS=N at once) and export grades.csv"
 	@echo "make feedback   nbgrader: feedback HTML for every graded submission into feedback/"
 	@echo "make canvas     grades.csv in Canvas's gradebook-import layout: canvas_grades.csv (+ canvas_review.csv)"
-	@echo "make report     class misconception report of autograded/ into build/report/ (HTML + CSV)"
+	@echo "make report     class misconception report of autograded/ into build/report/ (HTML + CSV),"
+	@echo "                and one summary per learner in build/report/learners/<student>.html + .md"
 	@echo "make bench      print the performance table"
 	@echo "make slides     reveal.js decks of every lesson into build/slides/ (offline; needs npm)"
 	@echo "make html       standalone HTML handouts + index into build/html/ (no Python needed to open)"
@@ -118,7 +119,7 @@ canvas: setup
 	$(BIN)/python -m attnlib.course.gradebook canvas --roster $(ROSTER) $(foreach i,$(CANVAS_IDS),--assignment-id $(i))
 
 report: setup
-	$(BIN)/python -m attnlib.course.report
+	$(BIN)/python -m attnlib.course.report --learners
 
 bench: setup
 	$(BIN)/python -m attnlib.course.bench

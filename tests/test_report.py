@@ -329,6 +329,25 @@ def test_a_cell_that_failed_without_a_check_message_is_wrong(tmp_path):
     assert got["attend"].status == "unknown"  # never ran
 
 
+def test_each_learners_summary_is_what_the_checks_found_on_their_work(graded_class):
+    from attnlib.course import learner_report
+
+    entries = learner_report.learner_entries(graded_class)
+    assert sorted(entries) == sorted(set(CLASS) | {s for s, _ in NOT_GRADED})
+    for student, mine in entries.items():
+        for stem, names in LESSONS.items():
+            got = [e for e in mine if e.lesson == stem]
+            if (student, stem) in NOT_GRADED:
+                assert [(e.exercise, e.status) for e in got] == [("", "not graded")]
+            elif not all(n in CLASS.get(student, {}) for n in names):
+                assert [(e.exercise, e.status) for e in got] == [("", "absent")]
+            else:
+                want = {n: _expected(n, CLASS[student][n]) for n in names}
+                assert {e.exercise: (e.status, sorted(e.ids)) for e in got} == {
+                    n: (st, sorted(ids)) for n, (st, ids) in want.items()
+                }, (student, stem)
+
+
 def test_no_class_is_reported_clearly(tmp_path, capsys):
     assert report.main(["--course", str(tmp_path)]) == 1
     assert "make autograde" in capsys.readouterr().out
@@ -336,5 +355,7 @@ def test_no_class_is_reported_clearly(tmp_path, capsys):
 
 def test_make_has_a_report_target(root):
     text = (root / "Makefile").read_text()
-    assert re.search(r"^report: setup\n\t\$\(BIN\)/python -m attnlib\.course\.report$", text, re.M)
+    assert re.search(
+        r"^report: setup\n\t\$\(BIN\)/python -m attnlib\.course\.report --learners$", text, re.M
+    )
     assert "## Class misconception report" in (root / "README.md").read_text()

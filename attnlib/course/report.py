@@ -2,6 +2,7 @@
 
     python -m attnlib.course.report                 # the course folder's autograded/
     python -m attnlib.course.report --course DIR --out DIR
+    python -m attnlib.course.report --learners      # also one page per learner
 
 ``make report`` runs it after ``make autograde``. It reads every graded notebook,
 ``autograded/<student>/<lesson>/<lesson>.ipynb`` (nbgrader's layout), finds the check
@@ -30,6 +31,10 @@ It writes, under ``build/report/`` (or ``--out``):
   ``what`` is ``submitted``, ``correct``, ``misconception`` (``id`` set),
   ``unrecognised``, ``not-written``, ``needs-review`` or ``not-graded``; ``count`` of
   ``of`` learners of that lesson, and ``learners`` (student ids joined by ``;``).
+
+With ``--learners`` it also writes ``learners/<student>.html`` and ``.md``: each learner's
+own results and misconceptions, to send with the feedback
+(:mod:`attnlib.course.learner_report`).
 """
 
 from __future__ import annotations
@@ -446,15 +451,32 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--course", type=Path, default=None, help="the graded course folder")
     parser.add_argument("--out", type=Path, default=None, help="default: COURSE/build/report")
+    parser.add_argument(
+        "--learners",
+        action="store_true",
+        help="also write OUT/learners/<student>.html and .md: each learner's own summary",
+    )
     args = parser.parse_args(argv)
     course = args.course if args.course is not None else course_root()
+    if not course.is_dir():
+        print(f"no course folder: {course} does not exist")
+        return 1
     if not (course / "autograded").is_dir():
         print(f"no graded class: {course / 'autograded'} does not exist (run make autograde)")
+        return 1
+    if not any(course.joinpath("autograded").glob("*/*/*.ipynb")):
+        print(f"no graded class: no notebook in {course / 'autograded'} (run make autograde)")
         return 1
     summaries = collect(course)
     html_path, csv_path = build(course, args.out, summaries)
     print(f"report of {len({r.student for s in summaries for r in s.rows})} learner(s), "
           f"{len(summaries)} exercise(s): {html_path} and {csv_path}")  # fmt: skip
+    if args.learners:
+        from attnlib.course.learner_report import build_learners
+
+        pages = build_learners(course, args.out, summaries)
+        folder = pages[0].parent if pages else html_path.parent / "learners"
+        print(f"learner summaries of {len(pages)} learner(s): {folder}/<student>.html and .md")
     return 0
 
 
