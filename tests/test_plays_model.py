@@ -3,9 +3,10 @@
 Oracles: plain Python loops over hand-built attention maps for the head scores; counting
 characters with ``collections.Counter`` for the baselines; the shipped results table for the
 shipped weights. In `make test` a shortened schedule retraces its shipped log step by step;
-the full run, weights and log, is in `make test-regenerate` (the second CI stage), compared
-as tests/reproduce.py allows (byte for byte on the machine that made them, up to float
-rounding elsewhere).
+the full run is in `make test-regenerate` (the second CI stage): byte for byte on the machine
+that made the shipped files; on another CPU the 4000-step run drifts further than
+tests/reproduce.py's rounding bounds, so there the retrained model must measure as the shipped
+one does (see the regeneration test).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
-from reproduce import LOG_ATOL, assert_log_reproduced, assert_state_reproduced
+from reproduce import LOG_ATOL, assert_log_reproduced
 
 from attnlib.gpt import GPT
 from attnlib.tasks import plays as P
@@ -226,12 +227,46 @@ def test_a_short_run_retraces_the_shipped_short_log(tmp_path):
     assert_log_reproduced(fresh, P.SHORT_LOG_PATH.read_text(encoding="utf-8").splitlines())
 
 
+# A 4000-step run amplifies float rounding: retrained on this AVX-512 machine with
+# ATEN_CPU_CAPABILITY=avx2 (another vector path, as another CPU takes), the weights came out
+# up to 0.49 apart, the validation loss 1.8811 against 1.8715, and every previous-token,
+# prefix-matching and first-position score within 0.005 of the shipped one (newline shares
+# moved up to 0.07: which late head leans on newlines is not a stable outcome of the run).
+# So: byte for byte where the run reproduces the bytes (the machine that made them); on
+# another CPU, the same model as measured — the loss and the scores lesson 16's claims rest on.
+OTHER_CPU_LOSS = 0.03
+OTHER_CPU_SCORE = 0.01
+STABLE_SCORES = ("previous_token/", "prefix_matching/", "prefix_matching_text/", "first_position/")
+
+
+def assert_same_model_as_measured(got: dict, want: dict) -> None:
+    """``got`` (a retrain's results) measures as ``want`` does, within what another CPU's
+    rounding moved them (above); raises AssertionError naming the first score that does not."""
+    assert list(got) == list(want), "results: names differ"
+    assert abs(got["val_loss"] - want["val_loss"]) <= OTHER_CPU_LOSS, (
+        f"validation loss {got['val_loss']} against the shipped {want['val_loss']}"
+    )
+    for name in want:
+        if name.startswith(STABLE_SCORES):
+            assert abs(got[name] - want[name]) <= OTHER_CPU_SCORE, (
+                f"{name}: {got[name]} against the shipped {want[name]}"
+            )
+
+
+def test_the_other_cpu_comparison_can_fail():
+    want = P.read_results()
+    assert_same_model_as_measured(dict(want), want)
+    worse = {**want, "prefix_matching/1.2": want["prefix_matching/1.2"] + 0.3}
+    with pytest.raises(AssertionError, match="prefix_matching/1.2"):
+        assert_same_model_as_measured(worse, want)
+    with pytest.raises(AssertionError, match="validation loss"):
+        assert_same_model_as_measured({**want, "val_loss": want["val_loss"] + 0.1}, want)
+
+
 @pytest.mark.slow
 @pytest.mark.regenerate
 @pytest.mark.timeout(1800)  # about 11 minutes of training, more than the default 600 s
 def test_training_command_regenerates_the_shipped_files(tmp_path, python):
-    # byte for byte on the machine that made them; elsewhere up to float rounding
-    # (tests/reproduce.py says how much and why)
     res = subprocess.run(
         [python, "-m", "attnlib.tasks.plays", "--train", "--out-dir", str(tmp_path)],
         check=True,
@@ -241,12 +276,17 @@ def test_training_command_regenerates_the_shipped_files(tmp_path, python):
     )
     assert "validation loss" in res.stdout, res.stdout
     fresh = torch.load(tmp_path / P.WEIGHTS_PATH.name, weights_only=True)
-    assert_state_reproduced(fresh, torch.load(P.WEIGHTS_PATH, weights_only=True), "plays model")
-    for path in (P.LOG_PATH, P.SHORT_LOG_PATH):
-        got = (tmp_path / path.name).read_text(encoding="utf-8").splitlines()
-        assert_log_reproduced(got, path.read_text(encoding="utf-8").splitlines())
+    shipped = torch.load(P.WEIGHTS_PATH, weights_only=True)
     got, want = P.read_results(tmp_path / P.RESULTS_PATH.name), P.read_results()
-    assert list(got) == list(want)
-    for name in want:
-        if name != "train_seconds":
-            assert abs(got[name] - want[name]) <= LOG_ATOL, name
+    # the short run (30 steps) retraces its log on any CPU (tests/reproduce.py)
+    short = (tmp_path / P.SHORT_LOG_PATH.name).read_text(encoding="utf-8").splitlines()
+    assert_log_reproduced(short, P.SHORT_LOG_PATH.read_text(encoding="utf-8").splitlines())
+    if list(fresh) == list(shipped) and all(torch.equal(fresh[k], shipped[k]) for k in shipped):
+        # the same bytes: then the log and every result must agree too
+        got_log = (tmp_path / P.LOG_PATH.name).read_text(encoding="utf-8").splitlines()
+        assert_log_reproduced(got_log, P.LOG_PATH.read_text(encoding="utf-8").splitlines())
+        for name in want:
+            if name != "train_seconds":
+                assert abs(got[name] - want[name]) <= LOG_ATOL, name
+    else:
+        assert_same_model_as_measured(got, want)
