@@ -209,14 +209,20 @@ def _chain(n: int) -> str:
     return "def _chain():\n" + "\n".join(lines) + f"\n    a{n - 1}.isclose = 1\n"
 
 
+def _fastest(n: int, repeats: int) -> float:
+    """The fastest of ``repeats`` audits of an ``n``-long chain (a busy host only adds time)."""
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        assert audit.audit_code(_chain(n), set()) == [f"assigns to a{n - 1}.isclose"]
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
 def test_the_alias_audit_is_linear_in_the_chain():
-    t0 = time.perf_counter()
-    assert audit.audit_code(_chain(2500), set()) == ["assigns to a2499.isclose"]
-    small = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    assert audit.audit_code(_chain(20_000), set()) == ["assigns to a19999.isclose"]
-    large = time.perf_counter() - t0
-    # 8x the chain: ~8x the time when linear, 64x when quadratic (it took 199 s for 2,500)
+    small, large = _fastest(2500, 3), _fastest(20_000, 2)
+    # 8x the chain: ~8x the time when linear, 64x when quadratic (it took 199 s for 2,500);
+    # the fastest of a few runs, since one run on a loaded host once measured 36x
     assert small < 10 and large < 30 * max(small, 0.05), (small, large)
 
 

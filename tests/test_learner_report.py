@@ -1,4 +1,4 @@
-"""``make report``'s per-learner misconception summaries (attnlib.course.learner_report).
+"""``make report``'s per-learner misconception summaries (attnlib.course.report --learners).
 
 A tiny class of the grading tests' first fixture lesson (softmax, attend): learner A masks
 after the softmax (a named misconception), learner B passed, and learner C's check cell
@@ -18,7 +18,7 @@ from nbfixtures import LESSONS, lesson
 from test_report import _expected, _outputs, _softmax, attend_after
 
 from attnlib import checks
-from attnlib.course import learner_report, report
+from attnlib.course import report
 
 STEM = "01_fixture"
 NAMES = LESSONS[STEM]  # softmax, attend
@@ -139,14 +139,14 @@ def test_hostile_notebook_text_is_escaped(pages):
 
 
 def test_a_lesson_not_handed_in_or_not_graded_is_said(tmp_path):
-    entries = learner_report.learner_entries(
+    entries = report.learner_entries(
         tmp_path,
         [report.ExerciseSummary("L1", "softmax", [report.Row("x", "correct")]),
          report.ExerciseSummary("L2", "attend", [report.Row("y", "not graded")])],
     )  # fmt: skip
     assert [(e.lesson, e.status) for e in entries["x"]] == [("L1", "correct"), ("L2", "absent")]
     assert [(e.lesson, e.status) for e in entries["y"]] == [("L1", "absent"), ("L2", "not graded")]
-    page = learner_report.learner_page("y", entries["y"])
+    page = report.learner_page("y", entries["y"])
     assert "Not handed in." in page and "Submitted, but not graded yet." in page
 
 

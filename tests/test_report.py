@@ -330,9 +330,8 @@ def test_a_cell_that_failed_without_a_check_message_is_wrong(tmp_path):
 
 
 def test_each_learners_summary_is_what_the_checks_found_on_their_work(graded_class):
-    from attnlib.course import learner_report
 
-    entries = learner_report.learner_entries(graded_class)
+    entries = report.learner_entries(graded_class)
     assert sorted(entries) == sorted(set(CLASS) | {s for s, _ in NOT_GRADED})
     for student, mine in entries.items():
         for stem, names in LESSONS.items():
