@@ -64,6 +64,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = [
+    "run_exchange",
     "ACCOUNT_MARK",
     "COURSE_ID",
     "ExchangeError",
@@ -363,7 +364,7 @@ def _me() -> str:
     return pwd.getpwuid(os.getuid()).pw_name
 
 
-def _run_exchange(cfg, cls, assignment: str, student: str | None = None, **kw):
+def run_exchange(cfg, cls, assignment: str, student: str | None = None, **kw):
     from nbgrader.auth import Authenticator
     from nbgrader.coursedir import CourseDirectory
 
@@ -395,7 +396,7 @@ def release(course: Path, notebooks: Path, lesson: str, exchange: Path | str, *,
             "have fetched it. Release it again only on purpose: add --force"
         )
     generate(course, notebooks, [lesson])
-    _run_exchange(_exchange_config(course, exchange), ExchangeReleaseAssignment, lesson,
+    run_exchange(_exchange_config(course, exchange), ExchangeReleaseAssignment, lesson,
                   force=True)
     echo(f"released {lesson} to {out}")
     return out
@@ -457,7 +458,7 @@ def collect(course: Path, lesson: str, exchange: Path | str, roster: Roster,
         if problem:
             _refuse(entry, f"{student}'s submission {problem}", refused, echo)
     cfg = _exchange_config(course, exchange)
-    _run_exchange(cfg, ExchangeCollect, lesson, update=True)
+    run_exchange(cfg, ExchangeCollect, lesson, update=True)
     _enrol(cfg, roster)
     got = sorted(p.parent.name for p in (Path(course) / "submitted").glob(f"*/{lesson}"))
     echo(f"collected {lesson}: {len(got)} learner(s); {len(refused)} submission(s) refused")
@@ -497,7 +498,7 @@ def return_feedback(course: Path, lesson: str, exchange: Path | str, echo=print)
     students = sorted(p.parent.name for p in (Path(course) / "feedback").glob(f"*/{lesson}"))
     cfg = _exchange_config(course, exchange)
     for s in students:
-        _run_exchange(cfg, ExchangeReleaseFeedback, lesson, s)
+        run_exchange(cfg, ExchangeReleaseFeedback, lesson, s)
     echo(f"returned feedback on {lesson} to {len(students)} learner(s)")
     return len(students)
 
