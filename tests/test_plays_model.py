@@ -307,11 +307,15 @@ def test_a_short_run_retraces_the_shipped_short_log(tmp_path, name):
 
 
 # A 4000-step run amplifies float rounding: retrained on this AVX-512 machine with
-# ATEN_CPU_CAPABILITY=avx2 (another vector path, as another CPU takes), AVX2_MEASURED.
+# ATEN_CPU_CAPABILITY=avx2 (another vector path, as another CPU takes), the weights came out
+# up to 0.96 (plain) and 0.35 (copy) apart, the validation losses within 0.001 of the shipped
+# ones, and every previous-token, prefix-matching and first-position score within 0.02 (the
+# largest move: the plain model's head 0.3, previous token, by 0.018; newline shares up to
+# 0.03). The induction head formed the same: 0.190 random, 0.441 text (shipped 0.191, 0.440).
 # So: byte for byte where the run reproduces the bytes (the machine that made them); on
 # another CPU, the same model as measured — the loss and the scores lesson 16's claims rest on.
 OTHER_CPU_LOSS = 0.03
-OTHER_CPU_SCORE = 0.01
+OTHER_CPU_SCORE = 0.03
 STABLE_SCORES = ("previous_token/", "prefix_matching/", "prefix_matching_text/", "first_position/")
 
 
