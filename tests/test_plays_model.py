@@ -1,12 +1,14 @@
-"""The character model of the plays that lesson 16 reads (attnlib.tasks.plays).
+"""The character models of the plays that lesson 16 reads (attnlib.tasks.plays): the plain
+recipe's and the copy recipe's (repeated passages).
 
 Oracles: plain Python loops over hand-built attention maps for the head scores; counting
-characters with ``collections.Counter`` for the baselines; the shipped results table for the
-shipped weights. In `make test` a shortened schedule retraces its shipped log step by step;
-the full run is in `make test-regenerate` (the second CI stage): byte for byte on the machine
-that made the shipped files; on another CPU the 4000-step run drifts further than
-tests/reproduce.py's rounding bounds, so there the retrained model must measure as the shipped
-one does (see the regeneration test).
+characters with ``collections.Counter`` for the baselines; windows of distinct tokens for
+``repeat_passages``; the shipped results tables for the shipped weights. In `make test`
+each recipe's shortened schedule retraces its shipped log step by step; the full run is in
+`make test-regenerate` (the second CI stage): byte for byte on the machine that made the
+shipped files; on another CPU the 4000-step runs drift further than tests/reproduce.py's
+rounding bounds, so there each retrained model must measure as the shipped one does (see the
+regeneration test).
 """
 
 from __future__ import annotations
@@ -24,15 +26,22 @@ from attnlib.gpt import GPT
 from attnlib.tasks import plays as P
 from attnlib.tasks.text import CharVocab
 
+# The course's budget for the training: 15 minutes on one thread (the two recipes side by
+# side). The recorded times are the second of two runs that gave identical files: 827 s
+# and 821 s with the machine shared with other workers; the first, on a busier machine,
+# took 1656 s and 1644 s (data/README.md).
+TRAIN_SECONDS = 900
+TIMEOUT = 2700  # the regeneration: two runs side by side, on a machine shared with others
+
 
 @pytest.fixture(scope="module")
-def model():
-    return P.load_model()
-
-
-@pytest.fixture(scope="module")
-def results():
-    return P.read_results()
+def shipped():
+    """recipe name -> (model, results, head scores) of the shipped files, measured once."""
+    out = {}
+    for name, recipe in P.RECIPES.items():
+        model = P.load_model(recipe.weights)
+        out[name] = (model, P.read_results(recipe.results), P.head_scores(model))
+    return out
 
 
 # ---------------------------------------------------------------------------- the data
@@ -77,6 +86,30 @@ def test_learning_rate_warms_up_then_decays_to_its_final_fraction():
     assert (np.diff(lrs[: t["warmup"]]) > 0).all() and (np.diff(lrs[t["warmup"] :]) <= 0).all()
     with pytest.raises(ValueError, match="step"):
         P.learning_rate(t["steps"], t)
+
+
+def test_repeat_passages_writes_an_earlier_passage_again_later():
+    gen = torch.Generator().manual_seed(0)
+    windows = torch.arange(6 * 40).reshape(6, 40)  # every token distinct: copies are visible
+    out = P.repeat_passages(windows, 4, (3, 9), generator=gen)
+    assert out.shape == windows.shape and torch.equal(out[4:], windows[4:])
+    assert torch.equal(windows, torch.arange(6 * 40).reshape(6, 40))  # the input is unchanged
+    for row, before in zip(out[:4], windows[:4], strict=True):
+        changed = (row != before).nonzero().flatten()
+        p, size = int(changed[0]), len(changed)
+        assert 3 <= size <= 9 and torch.equal(changed, torch.arange(p, p + size))
+        q = int(row[p]) - int(before[0])  # where the passage came from
+        assert q + size <= p and torch.equal(row[p : p + size], before[q : q + size])
+    # the same generator state gives the same windows; n = 0 changes nothing
+    again = P.repeat_passages(windows, 4, (3, 9), generator=torch.Generator().manual_seed(0))
+    assert torch.equal(out, again)
+    assert torch.equal(P.repeat_passages(windows, 0, (3, 9)), windows)
+    with pytest.raises(ValueError, match="lengths\\[1\\] = 20"):
+        P.repeat_passages(windows, 1, (3, 20))
+    with pytest.raises(ValueError, match="n"):
+        P.repeat_passages(windows, 7, (3, 9))
+    with pytest.raises(ValueError, match="LongTensor"):
+        P.repeat_passages(windows.float(), 1, (3, 9))
 
 
 # ---------------------------------------------------------------------------- head scores
@@ -176,9 +209,14 @@ def test_the_command_needs_train(capsys):
 # ---------------------------------------------------------------------------- shipped files
 
 
-def test_shipped_files_are_small_and_the_logs_complete():
-    assert P.WEIGHTS_PATH.stat().st_size <= 5_000_000
-    for path, training in ((P.LOG_PATH, P.TRAINING), (P.SHORT_LOG_PATH, P.SHORT_TRAINING)):
+@pytest.mark.parametrize("name", list(P.RECIPES))
+def test_shipped_files_are_small_and_the_logs_complete(name):
+    recipe = P.RECIPES[name]
+    assert recipe.weights.stat().st_size <= 5_000_000
+    for path, training in (
+        (recipe.log, recipe.training),
+        (recipe.short_log, recipe.short_training),
+    ):
         log = P.read_log(path)
         assert log["step"].tolist() == list(range(training["steps"]))
         evaluated = ~np.isnan(log["val_loss"])
@@ -187,7 +225,23 @@ def test_shipped_files_are_small_and_the_logs_complete():
         assert not np.isnan(log["loss"]).any()
 
 
-def test_shipped_weights_give_the_shipped_validation_loss_and_baselines(model, results):
+def test_the_recipes_differ_only_in_repeated_passages():
+    def without(training, *keys):
+        return {k: v for k, v in training.items() if k not in keys}
+
+    plain, copy = P.RECIPES["plain"], P.RECIPES["copy"]
+    assert plain.training["repeats"] == 0 and copy.training["repeats"] == 1
+    repeats = ("repeats", "repeat_lengths")
+    assert without(copy.training, *repeats) == without(plain.training, *repeats)
+    # each short schedule is its full one with fewer, smaller steps
+    schedule = ("steps", "batch", "warmup", "eval_every")
+    for recipe in (plain, copy):
+        assert without(recipe.short_training, *schedule) == without(recipe.training, *schedule)
+
+
+@pytest.mark.parametrize("name", list(P.RECIPES))
+def test_shipped_weights_give_the_shipped_validation_loss_and_baselines(shipped, name):
+    model, results, _ = shipped[name]
     assert isinstance(model, GPT) and not model.training
     assert {k: getattr(model, k) for k in P.CONFIG} == P.CONFIG
     assert abs(P.validation_loss(model) - results["val_loss"]) <= LOG_ATOL
@@ -198,95 +252,125 @@ def test_shipped_weights_give_the_shipped_validation_loss_and_baselines(model, r
     assert P.bigram_loss(train, val, vocab.size) == pytest.approx(results["bigram_loss"], abs=1e-4)
     # what lesson 16 states: the model beats both baselines by far
     assert results["val_loss"] < results["bigram_loss"] - 0.4 < results["unigram_loss"] - 1.0
-    assert results["train_seconds"] <= 900
+    assert results["train_seconds"] <= TRAIN_SECONDS
 
 
-def test_shipped_heads_are_the_stated_ones(model, results):
-    scores = P.head_scores(model)
-    for name in P.SCORE_NAMES:
-        table = getattr(scores, name)
+@pytest.mark.parametrize("name", list(P.RECIPES))
+def test_shipped_heads_are_the_shipped_scores(shipped, name):
+    _, results, scores = shipped[name]
+    for score in P.SCORE_NAMES:
+        table = getattr(scores, score)
         for (layer, head), value in np.ndenumerate(table):
-            assert abs(value - results[f"{name}/{layer}.{head}"]) <= LOG_ATOL, (name, layer, head)
+            got = results[f"{score}/{layer}.{head}"]
+            assert abs(value - got) <= LOG_ATOL, (score, layer, head)
+
+
+def test_the_plain_model_has_a_previous_token_head_and_no_induction_head(shipped):
+    scores = shipped["plain"][2]
     # what lesson 16 states: a previous-token head in layer 0 (head 0.2); a head that reads
-    # newlines (0.0, over three times what uniform attention puts on them); no induction head
-    # (prefix matching at the level of uniform attention, 1/t, on random and on real text)
-    # and no sink on the first position (no head above the uniform share)
-    assert scores.best("previous_token")[:2] == (0, 2) and scores.best("previous_token")[2] > 0.5
-    assert scores.best("newline")[:2] == (0, 0)
-    assert scores.best("newline")[2] > 3 * scores.uniform_newline
-    assert scores.prefix_matching.max() < 0.05 and scores.prefix_matching_text.max() < 0.05
+    # newlines (1.3, over five times what uniform attention puts on them); no induction head
+    # (prefix matching at the level of uniform attention, about 1/t, on random and on real
+    # text) and no sink on the first position (no head above the uniform share)
+    assert scores.best("previous_token")[:2] == (0, 2) and scores.best("previous_token")[2] > 0.9
+    assert scores.best("newline")[:2] == (1, 3)
+    assert scores.best("newline")[2] > 5 * scores.uniform_newline
+    assert scores.prefix_matching.max() < 0.03 and scores.prefix_matching_text.max() < 0.03
     assert scores.first_position.max() < 1.1 * scores.uniform_first
 
 
-# In `make test`: the shortened schedule (the same model, data and code; fewer, smaller
-# steps) retraces its shipped log step by step, its evaluations included.
-def test_a_short_run_retraces_the_shipped_short_log(tmp_path):
-    _, rows, _ = P.train_model(P.SHORT_TRAINING)
+def test_the_copy_model_has_an_induction_head_in_layer_1(shipped):
+    scores = shipped["copy"][2]
+    plain = shipped["plain"][2]
+    # what lesson 16 states: the same previous-token head in layer 0 (0.2), and in layer 1
+    # an induction head (1.0, with 1.1 a weaker second): on repeated real text it puts
+    # 0.44 of its attention on the token after the earlier occurrence (the plain model's
+    # heads: under 0.03), on repeated random characters 0.19, over 15 times the uniform
+    # level (about 0.011) -- less than on text, because a third of the characters drawn
+    # there are ones the plays hardly use (data/README.md)
+    assert scores.best("previous_token")[:2] == (0, 2) and scores.best("previous_token")[2] > 0.8
+    assert scores.best("prefix_matching")[:2] == (1, 0) == scores.best("prefix_matching_text")[:2]
+    assert scores.prefix_matching_text[1, 0] > 0.4 and scores.prefix_matching_text[1, 1] > 0.3
+    assert scores.prefix_matching[1, 0] > 0.15 > 10 * plain.prefix_matching.max()
+    # layer 0 cannot: its keys hold only their own character and position
+    assert (scores.prefix_matching[0] < 0.01).all()
+
+
+# In `make test`: the shortened schedules (the same model, data and code; fewer, smaller
+# steps) retrace their shipped logs step by step, their evaluations included.
+@pytest.mark.parametrize("name", list(P.RECIPES))
+def test_a_short_run_retraces_the_shipped_short_log(tmp_path, name):
+    recipe = P.RECIPES[name]
+    _, rows, _ = P.train_model(recipe.short_training)
     P.write_log(rows, tmp_path / "log.tsv")
     fresh = (tmp_path / "log.tsv").read_text(encoding="utf-8").splitlines()
-    assert_log_reproduced(fresh, P.SHORT_LOG_PATH.read_text(encoding="utf-8").splitlines())
+    assert_log_reproduced(fresh, recipe.short_log.read_text(encoding="utf-8").splitlines())
 
 
 # A 4000-step run amplifies float rounding: retrained on this AVX-512 machine with
 # ATEN_CPU_CAPABILITY=avx2 (another vector path, as another CPU takes), the weights came out
-# up to 0.49 apart, the validation loss 1.8811 against 1.8715, and every previous-token,
-# prefix-matching and first-position score within 0.005 of the shipped one (newline shares
-# moved up to 0.07: which late head leans on newlines is not a stable outcome of the run).
+# up to 0.96 (plain) and 0.35 (copy) apart, the validation losses within 0.001 of the shipped
+# ones, and every previous-token, prefix-matching and first-position score within 0.02 (the
+# largest move: the plain model's head 0.3, previous token, by 0.018; newline shares up to
+# 0.03). The induction head formed the same: 0.190 random, 0.441 text (shipped 0.191, 0.440).
 # So: byte for byte where the run reproduces the bytes (the machine that made them); on
 # another CPU, the same model as measured — the loss and the scores lesson 16's claims rest on.
 OTHER_CPU_LOSS = 0.03
-OTHER_CPU_SCORE = 0.01
+OTHER_CPU_SCORE = 0.03
 STABLE_SCORES = ("previous_token/", "prefix_matching/", "prefix_matching_text/", "first_position/")
 
 
-def assert_same_model_as_measured(got: dict, want: dict) -> None:
+def assert_same_model_as_measured(got: dict, want: dict, recipe: str = "plain") -> None:
     """``got`` (a retrain's results) measures as ``want`` does, within what another CPU's
-    rounding moved them (above); raises AssertionError naming the first score that does not."""
-    assert list(got) == list(want), "results: names differ"
+    rounding moved them (above); raises AssertionError naming the recipe and the first score
+    that does not."""
+    assert list(got) == list(want), f"{recipe}: results: names differ"
     assert abs(got["val_loss"] - want["val_loss"]) <= OTHER_CPU_LOSS, (
-        f"validation loss {got['val_loss']} against the shipped {want['val_loss']}"
+        f"{recipe}: validation loss {got['val_loss']} against the shipped {want['val_loss']}"
     )
     for name in want:
         if name.startswith(STABLE_SCORES):
             assert abs(got[name] - want[name]) <= OTHER_CPU_SCORE, (
-                f"{name}: {got[name]} against the shipped {want[name]}"
+                f"{recipe}: {name}: {got[name]} against the shipped {want[name]}"
             )
 
 
-def test_the_other_cpu_comparison_can_fail():
-    want = P.read_results()
-    assert_same_model_as_measured(dict(want), want)
+@pytest.mark.parametrize("recipe", list(P.RECIPES))
+def test_the_other_cpu_comparison_can_fail(recipe):
+    want = P.read_results(P.RECIPES[recipe].results)
+    assert_same_model_as_measured(dict(want), want, recipe)
     worse = {**want, "prefix_matching/1.2": want["prefix_matching/1.2"] + 0.3}
-    with pytest.raises(AssertionError, match="prefix_matching/1.2"):
-        assert_same_model_as_measured(worse, want)
+    with pytest.raises(AssertionError, match=f"{recipe}: prefix_matching/1.2"):
+        assert_same_model_as_measured(worse, want, recipe)
     with pytest.raises(AssertionError, match="validation loss"):
-        assert_same_model_as_measured({**want, "val_loss": want["val_loss"] + 0.1}, want)
+        assert_same_model_as_measured({**want, "val_loss": want["val_loss"] + 0.1}, want, recipe)
 
 
 @pytest.mark.slow
 @pytest.mark.regenerate
-@pytest.mark.timeout(1800)  # about 11 minutes of training, more than the default 600 s
+@pytest.mark.timeout(TIMEOUT)
 def test_training_command_regenerates_the_shipped_files(tmp_path, python):
     res = subprocess.run(
         [python, "-m", "attnlib.tasks.plays", "--train", "--out-dir", str(tmp_path)],
         check=True,
         capture_output=True,
         text=True,
-        timeout=1800,
+        timeout=TIMEOUT,
     )
     assert "validation loss" in res.stdout, res.stdout
-    fresh = torch.load(tmp_path / P.WEIGHTS_PATH.name, weights_only=True)
-    shipped = torch.load(P.WEIGHTS_PATH, weights_only=True)
-    got, want = P.read_results(tmp_path / P.RESULTS_PATH.name), P.read_results()
-    # the short run (30 steps) retraces its log on any CPU (tests/reproduce.py)
-    short = (tmp_path / P.SHORT_LOG_PATH.name).read_text(encoding="utf-8").splitlines()
-    assert_log_reproduced(short, P.SHORT_LOG_PATH.read_text(encoding="utf-8").splitlines())
-    if list(fresh) == list(shipped) and all(torch.equal(fresh[k], shipped[k]) for k in shipped):
-        # the same bytes: then the log and every result must agree too
-        got_log = (tmp_path / P.LOG_PATH.name).read_text(encoding="utf-8").splitlines()
-        assert_log_reproduced(got_log, P.LOG_PATH.read_text(encoding="utf-8").splitlines())
-        for name in want:
-            if name != "train_seconds":
-                assert abs(got[name] - want[name]) <= LOG_ATOL, name
-    else:
-        assert_same_model_as_measured(got, want)
+    for name, recipe in P.RECIPES.items():
+        fresh = torch.load(tmp_path / recipe.weights.name, weights_only=True)
+        shipped = torch.load(recipe.weights, weights_only=True)
+        got, want = P.read_results(tmp_path / recipe.results.name), P.read_results(recipe.results)
+        # the short run retraces its log on any CPU (tests/reproduce.py)
+        short = (tmp_path / recipe.short_log.name).read_text(encoding="utf-8").splitlines()
+        assert_log_reproduced(short, recipe.short_log.read_text(encoding="utf-8").splitlines())
+        if list(fresh) == list(shipped) and all(torch.equal(fresh[k], shipped[k]) for k in shipped):
+            # the same bytes: then the log and every result must agree too
+            log = (tmp_path / recipe.log.name).read_text(encoding="utf-8").splitlines()
+            assert_log_reproduced(log, recipe.log.read_text(encoding="utf-8").splitlines())
+            assert list(got) == list(want)
+            for key in want:
+                if key != "train_seconds":
+                    assert abs(got[key] - want[key]) <= LOG_ATOL, (name, key)
+        else:
+            assert_same_model_as_measured(got, want, name)

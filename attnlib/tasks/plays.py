@@ -4,6 +4,10 @@ The model is :class:`attnlib.gpt.GPT` (lesson 15's model, proven equal to Huggin
 GPT-2) of :data:`CONFIG`, trained as a character model on ``data/plays.txt``
 (:mod:`attnlib.tasks.text`). The split is by play: the first seven plays train it, the
 eighth, *The Tempest* (98 320 characters, :data:`VALIDATION_PLAY`), is held out whole.
+Two models are shipped, the same network and schedule trained on two recipes
+(:data:`RECIPES`): ``plain`` (:data:`TRAINING`: windows of the plays as they are) and
+``copy`` (:data:`COPY_TRAINING`: in every window a passage of the plays is written a
+second time, :func:`repeat_passages`), so that lesson 16 can compare what each learned.
 
 * :func:`training_tokens`, :func:`validation_tokens` — the two sides of the split as token
   ids; :func:`validation_loss` — the model's mean next-character loss (nats) on the held-out
@@ -16,19 +20,23 @@ eighth, *The Tempest* (98 320 characters, :data:`VALIDATION_PLAY`), is held out 
   :func:`attention_on` (the share of attention on chosen keys: the first position, or
   newlines — attention sinks); :func:`head_scores` measures all of them for every head of
   a model (:class:`HeadScores`), on :func:`repeated_random_text` and on the held-out play;
-* :func:`train_model` (seeded, on one thread, Adam with linear warm-up and cosine decay),
-  :func:`save_weights`, :func:`load_model`, :func:`write_log`, :func:`read_log`,
-  :func:`read_results`.
+* :func:`repeat_passages` — the copy recipe's windows; :func:`train_model` (seeded, on one
+  thread, Adam with linear warm-up and cosine decay), :func:`save_weights`,
+  :func:`load_model`, :func:`write_log`, :func:`read_log`, :func:`read_results`.
 
-Run ``python -m attnlib.tasks.plays --train`` to retrain the model and rewrite
-``data/plays_model.pt``, ``data/plays_log.tsv``, ``data/plays_short_log.tsv`` and
-``data/plays_results.tsv`` (one thread, seeded; data/README.md states the time).
+Run ``python -m attnlib.tasks.plays --train`` to retrain both models (side by side, one
+process and one thread each) and rewrite, for ``plain``, ``data/plays_model.pt``,
+``data/plays_log.tsv``, ``data/plays_short_log.tsv`` and ``data/plays_results.tsv``, and
+for ``copy`` the same four files named ``plays_copy_*`` (seeded; data/README.md states the
+time).
 """
 
 from __future__ import annotations
 
 import math
+import multiprocessing
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,6 +60,14 @@ __all__ = [
     "LOG_PATH",
     "SHORT_LOG_PATH",
     "RESULTS_PATH",
+    "COPY_TRAINING",
+    "COPY_SHORT_TRAINING",
+    "COPY_WEIGHTS_PATH",
+    "COPY_LOG_PATH",
+    "COPY_SHORT_LOG_PATH",
+    "COPY_RESULTS_PATH",
+    "Recipe",
+    "RECIPES",
     "LOG_COLUMNS",
     "vocabulary",
     "training_tokens",
@@ -65,6 +81,7 @@ __all__ = [
     "prefix_matching_score",
     "attention_on",
     "repeated_random_text",
+    "repeat_passages",
     "HeadScores",
     "head_scores",
     "train_model",
@@ -78,18 +95,22 @@ __all__ = [
 
 VALIDATION_PLAY = 7  # index in text.PLAYS: The Tempest, the last play, held out whole
 # The model (attnlib.gpt.GPT's arguments but vocab_size, which is the corpus's: 76).
-CONFIG = {"d_model": 128, "n_heads": 4, "n_layers": 2, "max_len": 256}
-# The shipped run. lr: peak; warmup: steps of linear warm-up; final: the lr at the last
-# step, as a fraction of the peak (cosine decay in between); clip: global gradient norm.
+CONFIG = {"d_model": 64, "n_heads": 4, "n_layers": 2, "max_len": 256}
+# The plain recipe's run. lr: peak; warmup: steps of linear warm-up; final: the lr at the
+# last step, as a fraction of the peak (cosine decay in between); clip: global gradient
+# norm; repeats: the fraction of each batch's windows that get a repeated passage
+# (repeat_passages, of repeat_lengths characters): 0, the plays as they are.
 TRAINING = {
     "steps": 4000,
-    "batch": 8,
-    "lr": 4e-3,
+    "batch": 16,
+    "lr": 6e-3,
     "warmup": 100,
     "final": 0.1,
     "clip": 1.0,
     "seed": 0,
     "eval_every": 100,
+    "repeats": 0.0,
+    "repeat_lengths": (64, 127),
 }
 # The shortened schedule `make test` retraces: the same model, code and data, 30 steps.
 SHORT_TRAINING = {**TRAINING, "steps": 30, "batch": 4, "warmup": 5, "eval_every": 10}
@@ -104,6 +125,43 @@ SHORT_LOG_PATH = data_file("plays_short_log.tsv")
 RESULTS_PATH = data_file("plays_results.tsv")
 LOG_COLUMNS = ("step", "lr", "loss", "val_loss", "prefix_matching")
 TRAIN_COMMAND = "python -m attnlib.tasks.plays --train"
+
+# The copy recipe: the same model and schedule, but windows with a repeated passage
+# (repeat_passages); shipped beside the plain model so that lesson 16 can compare them.
+COPY_TRAINING = {**TRAINING, "repeats": 1.0}
+COPY_SHORT_TRAINING = {
+    **COPY_TRAINING,
+    **{k: SHORT_TRAINING[k] for k in ("steps", "batch", "warmup", "eval_every")},
+}
+COPY_WEIGHTS_PATH = data_file("plays_copy_model.pt")
+COPY_LOG_PATH = data_file("plays_copy_log.tsv")
+COPY_SHORT_LOG_PATH = data_file("plays_copy_short_log.tsv")
+COPY_RESULTS_PATH = data_file("plays_copy_results.tsv")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One shipped model: its two schedules and its four files."""
+
+    training: dict
+    short_training: dict
+    weights: Path
+    log: Path
+    short_log: Path
+    results: Path
+
+
+RECIPES = {
+    "plain": Recipe(TRAINING, SHORT_TRAINING, WEIGHTS_PATH, LOG_PATH, SHORT_LOG_PATH, RESULTS_PATH),
+    "copy": Recipe(
+        COPY_TRAINING,
+        COPY_SHORT_TRAINING,
+        COPY_WEIGHTS_PATH,
+        COPY_LOG_PATH,
+        COPY_SHORT_LOG_PATH,
+        COPY_RESULTS_PATH,
+    ),
+}
 
 
 # ----------------------------------------------------------------------------------------
@@ -268,6 +326,75 @@ def bigram_loss(train: torch.Tensor, held_out: torch.Tensor, size: int, alpha: f
     logp = np.log(p / p.sum(1, keepdims=True))
     h = held_out.numpy()
     return float(-logp[h[:-1], h[1:]].mean())
+
+
+def repeat_passages(
+    windows: torch.Tensor,
+    n: int,
+    lengths: tuple[int, int],
+    *,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Real training windows in which a passage is written a second time (the copy recipe).
+
+    In each of the first ``n`` windows, a passage ``A`` of ``L`` characters (``L`` drawn
+    uniformly from ``lengths[0] .. lengths[1]``) that starts at position ``q`` is written
+    again over the characters at ``p .. p + L - 1``, with ``q + L <= p``: the window reads
+    ``A``, the text that followed ``A`` in the play, ``A`` again, then the text that
+    followed position ``p + L - 1`` in the play. Every character is from the training
+    plays; only the order is changed, so that the second ``A`` can be predicted by copying
+    from the first — what an induction head does. The other ``len(windows) - n`` windows
+    are left as they are. Per window, ``L``, then ``p`` (uniform in ``L + 1 .. length -
+    L``, so that both copies fit), then ``q`` (uniform in ``0 .. p - L``) are drawn from
+    ``generator``, in that order.
+
+    Parameters
+    ----------
+    windows : LongTensor of shape (batch, length)
+        Consecutive characters of the training plays, one stretch per row.
+    n : int
+        How many windows (the first ``n``, ``0 <= n <= batch``) get a repeated passage.
+    lengths : (int, int)
+        The shortest and the longest passage: ``1 <= lengths[0] <= lengths[1]`` and
+        ``2 * lengths[1] + 1 <= length``.
+    generator : torch.Generator, optional
+
+    Returns
+    -------
+    LongTensor of shape (batch, length)
+        A new tensor; ``windows`` is not changed.
+
+    Examples
+    --------
+    >>> w = torch.arange(12)[None]          # one window: 0 1 2 ... 11
+    >>> repeat_passages(w, 1, (3, 3), generator=torch.Generator().manual_seed(0))
+    tensor([[ 0,  1,  2,  3,  4,  5,  6,  3,  4,  5, 10, 11]])
+    """
+    fn = "repeat_passages"
+    check_array(fn, "windows", windows, only="torch")
+    if windows.dtype != torch.long or windows.ndim != 2:
+        raise ValueError(
+            f"{fn}: windows must be a LongTensor of shape (batch, length), got "
+            f"{windows.dtype} {tuple(windows.shape)}"
+        )
+    batch, length = windows.shape
+    n = check_int(fn, "n", n, minimum=0, maximum=batch)
+    if not isinstance(lengths, tuple | list) or len(lengths) != 2:
+        raise TypeError(f"{fn}: lengths must be a pair (shortest, longest), got {lengths!r}")
+    lo = check_int(fn, "lengths[0]", lengths[0], minimum=1)
+    hi = check_int(fn, "lengths[1]", lengths[1], minimum=lo)
+    if 2 * hi + 1 > length:
+        raise ValueError(
+            f"{fn}: lengths[1] = {hi} is too long for windows of length {length}: two copies "
+            f"need 2 * {hi} + 1 <= {length}"
+        )
+    out = windows.clone()
+    for b in range(n):
+        size = int(torch.randint(lo, hi + 1, (1,), generator=generator))
+        p = int(torch.randint(size + 1, length - size + 1, (1,), generator=generator))
+        q = int(torch.randint(0, p - size + 1, (1,), generator=generator))
+        out[b, p : p + size] = windows[b, q : q + size]
+    return out
 
 
 # ----------------------------------------------------------------------------------------
@@ -524,7 +651,9 @@ def train_model(training: dict = TRAINING, *, progress: bool = False, path=CORPU
     """Train a fresh :class:`attnlib.gpt.GPT` of :data:`CONFIG` on the training plays.
 
     Each step takes ``batch`` windows of ``max_len + 1`` characters at random starts in
-    the training plays (a seeded generator) and minimises the mean next-character loss with
+    the training plays (a seeded generator), gives the first ``round(repeats · batch)`` of
+    them a repeated passage (:func:`repeat_passages`, drawing from the same generator; none
+    when ``repeats`` is 0) and minimises the mean next-character loss with
     Adam, :func:`learning_rate`'s schedule and gradient clipping. Every ``eval_every`` steps
     and at the last, the log records the validation loss on ``EVAL_WINDOWS`` windows of the
     held-out play and the highest prefix-matching score of any head. One thread, seeded:
@@ -533,7 +662,8 @@ def train_model(training: dict = TRAINING, *, progress: bool = False, path=CORPU
     Parameters
     ----------
     training : dict
-        :data:`TRAINING` (the shipped run) or :data:`SHORT_TRAINING` (`make test`'s).
+        :data:`TRAINING`, :data:`COPY_TRAINING` (the shipped runs) or their shortened
+        schedules :data:`SHORT_TRAINING`, :data:`COPY_SHORT_TRAINING` (`make test`'s).
     progress : bool, default False
 
     Returns
@@ -544,9 +674,14 @@ def train_model(training: dict = TRAINING, *, progress: bool = False, path=CORPU
         Wall time of the training loop.
     """
     missing = {"steps", "batch", "lr", "warmup", "final", "clip", "seed", "eval_every"}
+    missing |= {"repeats", "repeat_lengths"}
     missing -= set(training)
     if missing:
         raise ValueError(f"train_model: training lacks {sorted(missing)}")
+    repeats = training["repeats"]
+    if not 0 <= repeats <= 1:
+        raise ValueError(f"train_model: training['repeats'] must be in [0, 1], got {repeats!r}")
+    n_repeats = round(repeats * training["batch"])
     vocab = vocabulary(path)
     train_tokens, val = training_tokens(path), validation_tokens(path)
     seq = CONFIG["max_len"]
@@ -572,6 +707,8 @@ def train_model(training: dict = TRAINING, *, progress: bool = False, path=CORPU
                     0, len(train_tokens) - seq, (training["batch"],), generator=gen
                 )
                 x = torch.stack([train_tokens[s : s + seq + 1] for s in starts.tolist()])
+                if n_repeats:
+                    x = repeat_passages(x, n_repeats, training["repeat_lengths"], generator=gen)
                 logits = model(x[:, :-1])  # (batch, seq, vocab)
                 loss = F.cross_entropy(logits.flatten(0, 1), x[:, 1:].flatten())
                 if not torch.isfinite(loss):
@@ -611,8 +748,9 @@ def save_weights(model: GPT, path: str | Path) -> None:
 
 
 def load_model(path: str | Path = WEIGHTS_PATH) -> GPT:
-    """The shipped model (float32, eval mode): a :class:`attnlib.gpt.GPT` of :data:`CONFIG`
-    over the corpus's 76 characters."""
+    """A shipped model (float32, eval mode): a :class:`attnlib.gpt.GPT` of :data:`CONFIG`
+    over the corpus's 76 characters; the plain recipe's by default,
+    :data:`COPY_WEIGHTS_PATH` for the copy recipe's."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"load_model: {path} does not exist; run `{TRAIN_COMMAND}`")
@@ -699,22 +837,37 @@ def read_results(path: str | Path = RESULTS_PATH) -> dict[str, float]:
     return {k: float(v) for k, v in (ln.split("\t") for ln in lines[1:])}
 
 
-def _train_and_save(out: Path, progress: bool) -> str:
-    _, short_rows, _ = train_model(SHORT_TRAINING, progress=progress)
-    write_log(short_rows, out / SHORT_LOG_PATH.name)
-    model, rows, seconds = train_model(TRAINING, progress=progress)
-    save_weights(model, out / WEIGHTS_PATH.name)
-    write_log(rows, out / LOG_PATH.name)
-    results = {**measure(load_model(out / WEIGHTS_PATH.name)), "train_seconds": seconds}
-    write_results(results, out / RESULTS_PATH.name)
+def _train_recipe(name: str, out: Path, progress: bool) -> str:
+    """Train one recipe of :data:`RECIPES` (its short run, then its full run), write its
+    four files into ``out`` and return one line of what was measured."""
+    recipe = RECIPES[name]
+    _, short_rows, _ = train_model(recipe.short_training, progress=progress)
+    write_log(short_rows, out / recipe.short_log.name)
+    model, rows, seconds = train_model(recipe.training, progress=progress)
+    save_weights(model, out / recipe.weights.name)
+    write_log(rows, out / recipe.log.name)
+    results = {**measure(load_model(out / recipe.weights.name)), "train_seconds": seconds}
+    write_results(results, out / recipe.results.name)
     best = {
         n: max((v, k) for k, v in results.items() if k.startswith(n + "/")) for n in SCORE_NAMES
     }
     heads = "; ".join(f"{n} {k.split('/')[1]} {v:.3f}" for n, (v, k) in best.items())
     return (
-        f"validation loss {results['val_loss']:.4f} nats (unigram {results['unigram_loss']:.4f}, "
-        f"bigram {results['bigram_loss']:.4f}); best heads: {heads}; training loop {seconds:.0f} s"
+        f"{name}: validation loss {results['val_loss']:.4f} nats (unigram "
+        f"{results['unigram_loss']:.4f}, bigram {results['bigram_loss']:.4f}); best heads: "
+        f"{heads}; training loop {seconds:.0f} s"
     )
+
+
+def _train_and_save(out: Path, progress: bool) -> str:
+    # The recipes train side by side, one process (and one thread) each: the same numbers
+    # as one after the other, in half the wall time on two cores.
+    from attnlib.tasks import plays  # the importable module, also under `python -m`
+
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=len(RECIPES), mp_context=context) as pool:
+        jobs = [pool.submit(plays._train_recipe, name, out, progress) for name in RECIPES]
+        return "\n".join(job.result() for job in jobs)
 
 
 def _main(argv=None) -> None:
