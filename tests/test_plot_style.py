@@ -201,12 +201,15 @@ def sample_figures():
 SAMPLES = sample_figures()
 
 
-@pytest.fixture(params=SAMPLES, ids=[name for name, _ in SAMPLES])
+@pytest.fixture(scope="module", params=SAMPLES, ids=[name for name, _ in SAMPLES])
 def drawn(request):
+    """Each sample figure, drawn once for the tests that read it (pytest groups them by
+    sample), then closed."""
     name, make = request.param
     fig = figure_of(make())
     fig.canvas.draw()  # tick labels exist once drawn
-    return name, fig
+    yield name, fig
+    plt.close(fig)
 
 
 # --------------------------------------------------------------------------- the style
