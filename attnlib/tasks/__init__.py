@@ -23,6 +23,8 @@ and importing nothing from :mod:`attnlib.plot`, :mod:`attnlib.explorers`,
   character model, on the plays as they are and with repeated passages (both shipped in
   ``data/``), its validation loss against unigram and bigram baselines, and every head's
   previous-token, prefix-matching and sink scores;
+* :mod:`attnlib.tasks.head_scores` — lesson 16: the previous-token, prefix-matching and
+  attention-share scores of any causal self-attention weights (re-exported by ``plays``);
 * :mod:`attnlib.tasks.reading` — lesson 16: reading any :class:`attnlib.gpt.GPT` — every
   block's queries, keys and weights, its logits under a sliding window, entropies, the
   characters' classes and two probes.
