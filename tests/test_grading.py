@@ -46,9 +46,36 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:Cell is missing an id field:Warning"),
 ]
 
-#: Graded lessons per shard: every fifth lesson, so that each shard mixes short and long
-#: lessons and no shard's fixture takes long.
+#: The graded lessons are dealt into this many shards of about equal cost, so that no
+#: shard's fixture takes long.
 SHARDS = 5
+#: Seconds each lesson's cells took in one fresh kernel, one thread, on a quiet 2-core
+#: machine (nbclient, 2026-12-03); used only to deal the lessons into shards (the largest
+#: first, each into the cheapest shard so far). A lesson not listed counts as the median.
+LESSON_SECONDS = {
+    "01": 4.1, "02": 2.4, "03": 2.7, "04": 7.8, "05": 4.9, "06": 3.8, "07": 5.6, "08": 3.1,
+    "09": 3.5, "10": 5.0, "11": 5.5, "12": 3.2, "13": 5.1, "14": 7.0, "15": 8.9, "16": 14.0,
+}  # fmt: skip
+
+
+def deal_into_shards(paths, n: int) -> list[list]:
+    """``paths`` in ``n`` shards of about equal :data:`LESSON_SECONDS`, each in lesson order."""
+    median = sorted(LESSON_SECONDS.values())[len(LESSON_SECONDS) // 2]
+    cost = {p: LESSON_SECONDS.get(p.stem[:2], median) for p in paths}
+    shards, totals = [[] for _ in range(n)], [0.0] * n
+    for p in sorted(paths, key=lambda p: (-cost[p], p.stem)):
+        i = totals.index(min(totals))
+        shards[i].append(p)
+        totals[i] += cost[p]
+    return [sorted(s) for s in shards]
+
+
+SHARDED = deal_into_shards(LESSON_PATHS, SHARDS)
+
+
+def test_every_graded_lesson_is_in_exactly_one_shard():
+    dealt = [p for shard in SHARDED for p in shard]
+    assert sorted(dealt) == sorted(LESSON_PATHS) and len(set(dealt)) == len(dealt)
 
 
 def _graded(tmp_path_factory, name: str, **what):
@@ -195,14 +222,14 @@ class TestHostileA(_HostileCourse):
 
 
 class _LessonShard(EveryCourse):
-    """Every ``SHARDS``-th graded lesson of notebooks/ from ``shard`` on: its instructor
-    version and its untouched release."""
+    """The graded lessons of notebooks/ dealt to shard ``shard`` (:func:`deal_into_shards`):
+    each one's instructor version and its untouched release."""
 
     shard = 0
 
     @classmethod
     def lessons(cls):
-        return LESSON_PATHS[cls.shard :: SHARDS]
+        return SHARDED[cls.shard]
 
     @pytest.fixture(scope="class")
     @classmethod
