@@ -319,7 +319,7 @@ OTHER_CPU_SCORE = 0.03
 STABLE_SCORES = ("previous_token/", "prefix_matching/", "prefix_matching_text/", "first_position/")
 
 
-def assert_same_model_as_measured(got: dict, want: dict, recipe: str = "plain") -> None:
+def assert_same_model_as_measured(got: dict, want: dict, recipe: str) -> None:
     """``got`` (a retrain's results) measures as ``want`` does, within what another CPU's
     rounding moved them (above); raises AssertionError naming the recipe and the first score
     that does not."""
