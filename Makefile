@@ -10,13 +10,14 @@ PYTEST_ARGS ?=
 # JupyterLab refuses to run as root without --allow-root (containers, CI, JupyterHub images).
 ROOT_FLAG := $(shell [ "$$(id -u)" = "0" ] && echo --allow-root)
 
-.PHONY: help setup lab lab-staff hub hub-remove test test-regenerate lint unit notebooks student release autograde feedback canvas report bench execute slides html clean
+.PHONY: help setup lab lab-staff hub hub-remove test test-course test-regenerate lint unit notebooks student release autograde feedback canvas report bench execute slides html clean
 
 help:
 	@echo "make lab        set up .venv (first time) and open JupyterLab on your copies of the lessons (workbook/)"
 	@echo "make lab-staff  JupyterLab on the instructor lessons (notebooks/) with nbgrader's tools"
 	@echo "make hub        the class hub on http://127.0.0.1:8000: accounts from hub/roster.csv, nbgrader's exchange (root)"
 	@echo "make test       set up .venv, lint, then unit tests + every notebook under strict nbval"
+	@echo "make test-course       the course end to end: real lessons graded, decks in Chromium, the hub (CI's second stage)"
 	@echo "make test-regenerate   retrain the shipped models from scratch (CI's second stage)"
 	@echo "make student    write student versions of the lessons into workbook/ (never overwrites your edits)"
 	@echo "make release    nbgrader: build student releases of the graded lessons"
@@ -76,8 +77,17 @@ lint: setup
 # OMP_NUM_THREADS=1: each worker, its notebooks' kernels and the kernels it grades use one
 # thread (more workers than cores; torch's threads would otherwise wait for each other).
 test: setup lint
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -n 3 --dist loadscope --no-loadscope-reorder -m "not regenerate" \
-	  --durations=15 $(PYTEST_ARGS)
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -n 3 --dist loadscope --no-loadscope-reorder \
+	  -m "not regenerate and not second_stage" --durations=15 $(PYTEST_ARGS)
+
+# CI's second stage (it gates a landing too): the course end to end on its real systems,
+# marker second_stage: every graded lesson of notebooks/ through the real nbgrader flow in the
+# sandbox, its instructor version and its untouched release (tests/test_grading_lessons.py,
+# one course per shard of lessons), JupyterLab and every lecture deck in Chromium
+# (tests/test_browser.py), the class on JupyterHub (tests/test_hub.py, as root).
+test-course: setup
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -n 3 --dist loadscope --no-loadscope-reorder \
+	  -m second_stage --durations=10 $(PYTEST_ARGS) tests
 
 # The second CI stage (.ci/run runs it after `make test`; it gates landing too): retrain
 # the shipped models from scratch and compare with data/ (`make test` checks that a short

@@ -16,6 +16,10 @@ from nbgrader import api as nbgrader_api
 
 from attnlib.course.grader import answer_keys
 
+# The tests that every graded course must pass live in this helper (grading_course.EveryCourse,
+# shared by two test files): pytest explains their failed asserts as it does in test files.
+pytest.register_assert_rewrite("grading_course")
+
 # The test process judges hidden cases as the grader does, so it holds the grader's answer
 # keys (lesson 05's statements); a learner's kernel never has them (tests/test_kv_prediction.py).
 answer_keys.install()
@@ -75,8 +79,9 @@ def python() -> str:
 
 
 def pytest_collection_modifyitems(config, items):
-    """The sandboxed grading courses (tests/test_grading.py) and the class hub
-    (tests/test_hub.py) first, the rest in their order.
+    """The sandboxed grading courses (tests/test_grading.py, and in the second stage
+    tests/test_grading_lessons.py) and the class hub (tests/test_hub.py) first, the rest in
+    their order.
 
     Grading is by far the longest work. Under `make test` (xdist with `--dist loadscope
     --no-loadscope-reorder`) each of that file's classes grades its own course and is one
@@ -84,5 +89,6 @@ def pytest_collection_modifyitems(config, items):
     instead of one worker grading while the other waits behind files with more (shorter)
     tests.
     """
-    first = {"tests/test_grading.py": 0, "tests/test_hub.py": 1}  # the class hub: ~90 s
+    grading = ("tests/test_grading.py", "tests/test_grading_lessons.py")
+    first = {**dict.fromkeys(grading, 0), "tests/test_hub.py": 1}  # the class hub: ~70 s
     items.sort(key=lambda item: first.get(item.nodeid.split("::")[0], 2))

@@ -32,10 +32,18 @@ import time
 from pathlib import Path
 
 import nbformat
-from nbfixtures import LESSONS, PART_LESSONS, reference_source, set_solution
+import pytest
+from nbfixtures import (
+    LESSONS,
+    PART_LESSONS,
+    hidden_lines,
+    reference_source,
+    set_solution,
+    solution_lines,
+)
 from nbfixtures import write_lessons as write_fixture_lessons
 
-from attnlib.course.grader import sandbox
+from attnlib.course.grader import export, sandbox
 from attnlib.course.grader.autograde import autograde
 from attnlib.course.grader.course import is_graded, load_config, release
 from attnlib.course.grader.export import feedback
@@ -322,3 +330,47 @@ def grade(
     graded = Graded(course, notebooks, outcomes, lines, phases["autograde"], homes)
     graded.names, graded.phases, graded.jobs = names, phases, jobs
     return graded
+
+
+# ---- what every graded course must satisfy ---------------------------------------------
+
+
+def graded_course(tmp_path_factory, name: str, **what):
+    """Course ``name`` graded once (skipped where no bubblewrap sandbox works)."""
+    if NO_SANDBOX is not None:
+        pytest.skip(f"no bubblewrap sandbox here: {NO_SANDBOX}")
+    return grade(tmp_path_factory.mktemp(name), **what)
+
+
+def leaks(text: str, lines: list[str]) -> list[str]:
+    return [ln for ln in lines if ln in text]
+
+
+class EveryCourse:
+    """What every graded course must satisfy, whatever was handed in (a mixin of tests for
+    the classes of tests/test_grading.py and tests/test_grading_lessons.py; each defines a
+    class-scoped ``graded`` fixture)."""
+
+    def test_feedback_contains_no_hidden_tests(self, graded):
+        files = sorted((graded.course / "feedback").rglob("*.html"))
+        done = [k for k, o in graded.outcomes.items() if o.status != "NOT GRADED"]
+        assert len(files) == len(done)
+        for path in files:
+            text = path.read_text()
+            lesson = path.parent.name
+            src = nbformat.read(graded.notebooks / f"{lesson}.ipynb", as_version=4)
+            assert "HIDDEN TESTS" not in text, path
+            assert leaks(text, hidden_lines(src)) == [], path
+            if path.parts[-3] == "untouched":
+                assert leaks(text, solution_lines(src)) == [], path
+
+    def test_course_csv_export_plugin(self, graded, monkeypatch, tmp_path):
+        from nbgrader.api import Gradebook
+
+        monkeypatch.chdir(graded.course)
+        plugin = export.CourseCsvExport(to=str(tmp_path / "g.csv"))
+        with Gradebook(f"sqlite:///{graded.course / 'gradebook.db'}") as gb:
+            plugin.export(gb)
+        with open(tmp_path / "g.csv") as fh:
+            rows = {(r["student_id"], r["assignment"]): r for r in csv.DictReader(fh)}
+        assert rows == graded.rows

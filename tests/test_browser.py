@@ -58,7 +58,8 @@ from attnlib.course.lecture import (
 )
 from attnlib.plot import DPI, MIN_FONT
 
-pytestmark = pytest.mark.slow
+# CI's second stage (`make test-course`): what a class sees, in a real browser.
+pytestmark = [pytest.mark.slow, pytest.mark.second_stage]
 
 NODE_MODULES = ROOT / "node_modules"
 START_TIMEOUT = 120.0  # JupyterLab start; 30 s seen with 8 engineers sharing 2 cores

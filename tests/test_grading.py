@@ -1,16 +1,16 @@
 """The real nbgrader flow, in the sandbox: release, exchange, autograde, export, feedback.
 
 Each class grades its own course in ONE ``autograde`` run (tests/grading_course.py builds
-and grades it; its class-scoped fixture ``graded``): the hostile and honest submissions,
-every graded lesson in shards of a few lessons, and the old scenarios with nbgrader's
-exchange. ``make test`` distributes by class (``--dist loadscope``), so the courses are
-graded on all workers at once. What every course must satisfy (no hidden test in any
-feedback, the export plugin's rows) is checked for each, in :class:`EveryCourse`.
+and grades it; its class-scoped fixture ``graded``): the hostile and honest submissions, and
+the old scenarios with nbgrader's exchange, on the fixture lessons of tests/nbfixtures.py
+(every graded lesson of notebooks/ is graded the same way in tests/test_grading_lessons.py,
+CI's second stage). ``make test`` distributes by class (``--dist loadscope``), so the
+courses are graded on all workers at once. What every course must satisfy (no hidden test
+in any feedback, the export plugin's rows) is checked for each, in :class:`EveryCourse`.
 """
 
 from __future__ import annotations
 
-import csv
 import json
 import re
 
@@ -19,15 +19,15 @@ import pytest
 from grading_course import (
     FIXTURES,
     LEARNERS,
-    LESSON_PATHS,
     LESSONS,
-    NO_SANDBOX,
     PLANTED,
     A,
     B,
     C,
-    grade,
+    EveryCourse,
     grade_ids,
+    graded_course,
+    leaks,
 )
 from hostile import HONEST, HOSTILE
 from nbfixtures import hidden_lines, reference_source, solution_lines
@@ -36,8 +36,6 @@ from nbfixtures import write_lessons as write_fixture_lessons
 from attnlib.checks.grading import TAMPER_TAG
 from attnlib.course.grader import audit, execution, export
 from attnlib.course.grader.course import release, validate
-from attnlib.course.student import student_version
-from attnlib.explorers._render import STILL_CAPTION
 
 pytestmark = [
     pytest.mark.grading,
@@ -45,76 +43,6 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:Object of type:Warning"),  # nbgrader's SQLAlchemy use
     pytest.mark.filterwarnings("ignore:Cell is missing an id field:Warning"),
 ]
-
-#: The graded lessons are dealt into this many shards of about equal cost, so that no
-#: shard's fixture takes long.
-SHARDS = 5
-#: Seconds each lesson's cells took in one fresh kernel, one thread, on a quiet 2-core
-#: machine (nbclient, 2026-12-03); used only to deal the lessons into shards (the largest
-#: first, each into the cheapest shard so far). A lesson not listed counts as the median.
-LESSON_SECONDS = {
-    "01": 4.1, "02": 2.4, "03": 2.7, "04": 7.8, "05": 4.9, "06": 3.8, "07": 5.6, "08": 3.1,
-    "09": 3.5, "10": 5.0, "11": 5.5, "12": 3.2, "13": 5.1, "14": 7.0, "15": 8.9, "16": 14.0,
-}  # fmt: skip
-
-
-def deal_into_shards(paths, n: int) -> list[list]:
-    """``paths`` in ``n`` shards of about equal :data:`LESSON_SECONDS`, each in lesson order."""
-    median = sorted(LESSON_SECONDS.values())[len(LESSON_SECONDS) // 2]
-    cost = {p: LESSON_SECONDS.get(p.stem[:2], median) for p in paths}
-    shards, totals = [[] for _ in range(n)], [0.0] * n
-    for p in sorted(paths, key=lambda p: (-cost[p], p.stem)):
-        i = totals.index(min(totals))
-        shards[i].append(p)
-        totals[i] += cost[p]
-    return [sorted(s) for s in shards]
-
-
-SHARDED = deal_into_shards(LESSON_PATHS, SHARDS)
-
-
-def test_every_graded_lesson_is_in_exactly_one_shard():
-    dealt = [p for shard in SHARDED for p in shard]
-    assert sorted(dealt) == sorted(LESSON_PATHS) and len(set(dealt)) == len(dealt)
-
-
-def _graded(tmp_path_factory, name: str, **what):
-    if NO_SANDBOX is not None:
-        pytest.skip(f"no bubblewrap sandbox here: {NO_SANDBOX}")
-    return grade(tmp_path_factory.mktemp(name), **what)
-
-
-def _leaks(text: str, lines: list[str]) -> list[str]:
-    return [ln for ln in lines if ln in text]
-
-
-class EveryCourse:
-    """What every graded course must satisfy, whatever was handed in."""
-
-    def test_feedback_contains_no_hidden_tests(self, graded):
-        files = sorted((graded.course / "feedback").rglob("*.html"))
-        done = [k for k, o in graded.outcomes.items() if o.status != "NOT GRADED"]
-        assert len(files) == len(done)
-        for path in files:
-            text = path.read_text()
-            lesson = path.parent.name
-            src = nbformat.read(graded.notebooks / f"{lesson}.ipynb", as_version=4)
-            assert "HIDDEN TESTS" not in text, path
-            assert _leaks(text, hidden_lines(src)) == [], path
-            if path.parts[-3] == "untouched":
-                assert _leaks(text, solution_lines(src)) == [], path
-
-    def test_course_csv_export_plugin(self, graded, monkeypatch, tmp_path):
-        from nbgrader.api import Gradebook
-
-        monkeypatch.chdir(graded.course)
-        plugin = export.CourseCsvExport(to=str(tmp_path / "g.csv"))
-        with Gradebook(f"sqlite:///{graded.course / 'gradebook.db'}") as gb:
-            plugin.export(gb)
-        with open(tmp_path / "g.csv") as fh:
-            rows = {(r["student_id"], r["assignment"]): r for r in csv.DictReader(fh)}
-        assert rows == graded.rows
-
 
 #: Students whose own tests below read their outputs: graded in TestHostileA.
 NAMED = {
@@ -150,7 +78,7 @@ class _HostileCourse(EveryCourse):
     def graded(cls, tmp_path_factory):
         subs = cls.hostile() + cls.honest()
         jobs = 2 if cls.part == "A" else 1
-        return _graded(tmp_path_factory, f"hostile{cls.part}", hostile=subs, jobs=jobs)
+        return graded_course(tmp_path_factory, f"hostile{cls.part}", hostile=subs, jobs=jobs)
 
     def test_a_hostile_submission_earns_nothing_and_is_flagged(self, graded, hostile_sub):
         sub = hostile_sub
@@ -221,128 +149,20 @@ class TestHostileA(_HostileCourse):
         assert TAMPER_TAG in patcher
 
 
-class _LessonShard(EveryCourse):
-    """The graded lessons of notebooks/ dealt to shard ``shard`` (:func:`deal_into_shards`):
-    each one's instructor version and its untouched release."""
-
-    shard = 0
-
-    @classmethod
-    def lessons(cls):
-        return SHARDED[cls.shard]
-
-    @pytest.fixture(scope="class")
-    @classmethod
-    def graded(cls, tmp_path_factory):
-        return _graded(tmp_path_factory, f"lessons{cls.shard}", lessons=cls.lessons())
-
-    def test_every_lesson_grades_full_marks_for_its_solution_and_zero_untouched(
-        self, graded, lesson
-    ):
-        score, max_score, status, review = graded.score("instructor", lesson)
-        assert float(max_score) > 0
-        assert (score, status, review) == (max_score, "graded", "no"), graded.rows[
-            ("instructor", lesson)
-        ]["notes"]
-        assert graded.score("untouched", lesson)[:3] == ("0.0", max_score, "graded")
-
-    def test_every_release_and_feedback_keeps_solutions_and_hidden_tests_secret(
-        self, graded, lesson
-    ):
-        src = nbformat.read(graded.notebooks / f"{lesson}.ipynb", as_version=4)
-        outside = re.sub(
-            r"### BEGIN SOLUTION\n.*?### END SOLUTION",
-            "",
-            "\n".join(c.source for c in src.cells),
-            flags=re.S,
-        )
-        secret = [ln for ln in solution_lines(src) if ln not in outside]
-        for path in (
-            graded.course / "release" / lesson / f"{lesson}.ipynb",
-            graded.course / "feedback" / "untouched" / lesson / f"{lesson}.html",
-        ):
-            text = path.read_text()
-            assert _leaks(text, secret) == [], path
-            assert _leaks(text, hidden_lines(src)) == [], path
-            assert "HIDDEN TESTS" not in text, path
-        instructor_fb = graded.course / "feedback" / "instructor" / lesson / f"{lesson}.html"
-        assert "check_hidden" not in instructor_fb.read_text()
-
-    def test_a_learners_copy_runs_to_the_end_and_shows_every_explorer(self, graded, lesson):
-        """The untouched release is a learner's copy before any exercise is written (the
-        cells ``make student`` writes into workbook/), and grading ran it top to bottom in
-        the sandbox with nbgrader's nbclient: a learner's Run All. No cell raised; the only
-        errors are the grader's own verdicts on graded cells (one line, no traceback: the
-        hidden tests of an unwritten exercise fail). Every explorer shows its still."""
-        path = graded.course / "autograded" / "untouched" / lesson / f"{lesson}.ipynb"
-        run = nbformat.read(path, as_version=4)
-        raised = []
-        for i, cell in enumerate(run.cells):
-            meta = cell.metadata.get("nbgrader", {})
-            test_cell = cell.cell_type == "code" and meta.get("grade") and not meta.get("solution")
-            for out in cell.get("outputs", []) if cell.cell_type == "code" else []:
-                if out.output_type != "error":
-                    continue
-                verdict = out.traceback == [f"{out.ename}: {out.evalue}"]  # added by the grader
-                if not (test_cell and verdict and out.ename == "AssertionError"):
-                    raised.append((i, out.ename, out.evalue[:120]))
-        assert raised == [], raised
-        src = nbformat.read(graded.notebooks / f"{lesson}.ipynb", as_version=4)
-        assert len(src.cells) == len(run.cells)
-        # what was run is, cell for cell, the copy `make student` writes into workbook/
-        copy = student_version(src)
-        released = nbformat.read(graded.course / "release" / lesson / f"{lesson}.ipynb", 4)
-        assert [c.source for c in copy.cells] == [c.source for c in released.cells]
-        for i, cell in enumerate(src.cells):
-            if cell.cell_type == "code" and _shows_still(cell):
-                assert _shows_still(run.cells[i]), f"cell {i}: the explorer shows no still"
-
-
-def _shows_still(cell) -> bool:
-    return any(
-        "image/png" in out.get("data", {})
-        and str(out["data"].get("text/plain", "")).startswith(STILL_CAPTION)
-        for out in cell.get("outputs", [])
-    )
-
-
-class TestLessonShard0(_LessonShard):
-    shard = 0
-
-
 class TestHostileB(_HostileCourse):
     part = "B"
-
-
-class TestLessonShard1(_LessonShard):
-    shard = 1
 
 
 class TestHostileC(_HostileCourse):
     part = "C"
 
 
-class TestLessonShard2(_LessonShard):
-    shard = 2
-
-
-class TestLessonShard3(_LessonShard):
-    shard = 3
-
-
-class TestLessonShard4(_LessonShard):
-    shard = 4
-
-
 def pytest_generate_tests(metafunc):
-    """Each course's tests run once per lesson or submission of that course."""
+    """Each course's tests run once per submission of that course."""
     for name, of in (("hostile_sub", "hostile"), ("honest_sub", "honest")):
         if name in metafunc.fixturenames:
             subs = getattr(metafunc.cls, of)()
             metafunc.parametrize(name, subs, ids=[s.student for s in subs])
-    if "lesson" in metafunc.fixturenames:
-        lessons = metafunc.cls.lessons()
-        metafunc.parametrize("lesson", [p.stem for p in lessons], ids=[p.stem for p in lessons])
 
 
 class TestScenarios(EveryCourse):
@@ -352,7 +172,7 @@ class TestScenarios(EveryCourse):
     @pytest.fixture(scope="class")
     @classmethod
     def graded(cls, tmp_path_factory):
-        return _graded(tmp_path_factory, "scenarios", scenarios=True)
+        return graded_course(tmp_path_factory, "scenarios", scenarios=True)
 
     def test_reference_solutions_score_full_marks(self, graded):
         assert graded.score("ref", A) == ("3.0", "3.0", "graded", "no")
@@ -461,8 +281,8 @@ class TestScenarios(EveryCourse):
         for lesson in FIXTURES:
             src = nbformat.read(graded.notebooks / f"{lesson}.ipynb", as_version=4)
             text = (graded.course / "release" / lesson / f"{lesson}.ipynb").read_text()
-            assert _leaks(text, solution_lines(src)) == []
-            assert _leaks(text, hidden_lines(src)) == []
+            assert leaks(text, solution_lines(src)) == []
+            assert leaks(text, hidden_lines(src)) == []
             assert "HIDDEN TESTS" not in text
 
 

@@ -64,6 +64,7 @@ KINDS = ("honest", "wrong", "hostile", "resub", "misnamed", "late", "absent")
 LEARNERS = {k: f"{PREFIX}{k}" for k in KINDS}
 
 pytestmark = [
+    pytest.mark.second_stage,  # CI's second stage: make test-course
     pytest.mark.grading,
     pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root"),
     pytest.mark.skipif(NO_SANDBOX is not None, reason=f"no bubblewrap sandbox: {NO_SANDBOX}"),
