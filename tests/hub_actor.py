@@ -67,8 +67,12 @@ def _learner_app(cls, exchange: str, assignment_dir: Path):
     cfg = _config(exchange, os.environ["USER"])
     cd = CourseDirectory(config=cfg)
     cd.assignment_id = A
-    app = cls(coursedir=cd, authenticator=Authenticator(config=cfg), config=cfg,
-              assignment_dir=str(assignment_dir))
+    app = cls(
+        coursedir=cd,
+        authenticator=Authenticator(config=cfg),
+        config=cfg,
+        assignment_dir=str(assignment_dir),
+    )
     app.start()
 
 
@@ -120,8 +124,9 @@ def learn(args: dict) -> dict:
         time.sleep(1.1)  # nbgrader's timestamps: the second is the later one
         fetch_and_submit(exchange, honest)
     else:
-        fetch_and_submit(exchange, {"honest": honest, "late": honest, "wrong": wrong,
-                                    "hostile": hostile}[kind])
+        fetch_and_submit(
+            exchange, {"honest": honest, "late": honest, "wrong": wrong, "hostile": hostile}[kind]
+        )
     result = {"user": os.environ["USER"], "uid": os.getuid()}
     if kind == "hostile":  # a submission folder in another learner's name, with full marks
         inbound = Path(exchange) / COURSE_ID / "inbound"
@@ -145,8 +150,9 @@ def learn(args: dict) -> dict:
 def release(args: dict) -> dict:
     from attnlib.course import hub
 
-    hub.release(Path(args["course"]), Path(args["notebooks"]), A, args["exchange"],
-                echo=lambda *_: None)
+    hub.release(
+        Path(args["course"]), Path(args["notebooks"]), A, args["exchange"], echo=lambda *_: None
+    )
     refused_twice = ""
     try:
         hub.release(Path(args["course"]), Path(args["notebooks"]), A, args["exchange"])
@@ -170,8 +176,9 @@ def grade(args: dict) -> dict:
     t_start = time.perf_counter()
     refused = hub.collect(course, A, exchange, roster, echo=lines.append)
     t0 = time.perf_counter()
-    autograde(course, Path(args["notebooks"]), timeout=60, timeouts={A: 6}, jobs=2,
-              echo=lines.append)
+    autograde(
+        course, Path(args["notebooks"]), timeout=60, timeouts={A: 6}, jobs=2, echo=lines.append
+    )
     seconds = {"collect": t0 - t_start, "autograde": time.perf_counter() - t0}
     t0 = time.perf_counter()
     hub.return_feedback(course, A, exchange, echo=lines.append)
@@ -180,8 +187,14 @@ def grade(args: dict) -> dict:
         late = {s.student.id: s.total_seconds_late for s in gb.assignment_submissions(A)}
     with open(course / "grades.csv", newline="") as fh:
         rows = {r["student_id"]: r for r in csv.DictReader(fh) if r["assignment"] == A}
-    return {"uid": os.getuid(), "refused": refused, "late": late, "rows": rows,
-            "autograde_seconds": seconds, "lines": lines}
+    return {
+        "uid": os.getuid(),
+        "refused": refused,
+        "late": late,
+        "rows": rows,
+        "autograde_seconds": seconds,
+        "lines": lines,
+    }
 
 
 def feedback(args: dict) -> dict:

@@ -31,9 +31,15 @@ grace,learner,"Hamilton, Margaret",B,1005,S1005,mhamilton
 
 def grade_row(student, assignment, status, score, max_score, notes=""):
     row = dict.fromkeys(CSV_KEYS, "")
-    row.update(assignment=assignment, student_id=student, status=status, score=score,
-               max_score=max_score, notes=notes,
-               needs_review="yes" if status in ("FLAGGED", "NOT GRADED") else "no")
+    row.update(
+        assignment=assignment,
+        student_id=student,
+        status=status,
+        score=score,
+        max_score=max_score,
+        notes=notes,
+        needs_review="yes" if status in ("FLAGGED", "NOT GRADED") else "no",
+    )
     return row
 
 
@@ -69,14 +75,17 @@ def run_cli(course: Path, *extra) -> tuple[list[list[str]], list[dict]]:
 
 
 def test_the_columns_are_canvas_columns_and_assignments_are_headed_name_and_id(course):
-    table, _ = run_cli(course, "--assignment-id", "01_fixture=4101",
-                       "--assignment-id", "02_fixture_masks=4102")
+    table, _ = run_cli(
+        course, "--assignment-id", "01_fixture=4101", "--assignment-id", "02_fixture_masks=4102"
+    )
     header = table[0]
     assert header[:5] == CANVAS_IDENTITY
     heads = [re.fullmatch(r"(.+) \((\d+)\)", h) for h in header[5:]]
     assert all(heads), header
     assert [(m.group(1), m.group(2)) for m in heads] == [
-        ("01_fixture", "4101"), ("02_fixture_masks", "4102")]
+        ("01_fixture", "4101"),
+        ("02_fixture_masks", "4102"),
+    ]
 
 
 def test_the_second_row_is_points_possible_with_each_maximum(course):
@@ -94,7 +103,11 @@ def test_every_learner_of_the_roster_is_one_row_with_their_canvas_identity(cours
     assert sorted(rows) == ["alovelace", "aturing", "cshannon", "enoether", "mhamilton"]
     ada = rows["alovelace"]
     assert (ada["Student"], ada["ID"], ada["SIS User ID"], ada["Section"]) == (
-        "Lovelace, Ada", "1001", "S1001", "A")
+        "Lovelace, Ada",
+        "1001",
+        "S1001",
+        "A",
+    )
     assert "Hopper, Grace" not in [r["Student"] for r in rows.values()]  # the instructor
 
 
@@ -134,6 +147,15 @@ def test_bad_arguments_are_named(course, capsys):
     with pytest.raises(FileNotFoundError, match="grades_csv .*missing.csv: no such file"):
         canvas_export(course / "missing.csv", roster.learners, course / "out.csv")
     with pytest.raises(SystemExit):
-        main(["canvas", "--course", str(course), "--roster", str(course / "roster.csv"),
-              "--assignment-id", "01_fixture"])
+        main(
+            [
+                "canvas",
+                "--course",
+                str(course),
+                "--roster",
+                str(course / "roster.csv"),
+                "--assignment-id",
+                "01_fixture",
+            ]
+        )
     assert "expected LESSON=ID" in capsys.readouterr().err

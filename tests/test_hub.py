@@ -97,16 +97,19 @@ def free_port_block(n: int = 3) -> int:
 class ClassHub:
     """The accounts, the exchange, the running hub, and a way to act as each account."""
 
-    def __init__(self, base: Path, learners: dict[str, str] = LEARNERS,
-                 instructor: str = INSTRUCTOR):
+    def __init__(
+        self, base: Path, learners: dict[str, str] = LEARNERS, instructor: str = INSTRUCTOR
+    ):
         self.base, self.learners, self.instructor = base, learners, instructor
         self.homes, self.exchange = base / "home", base / "exchange"
         self.state, self.notebooks = base / "state", base / "notebooks"
         self.roster_path = base / "roster.csv"
-        lines = ["username,role,name,section,canvas_id,sis_user_id,sis_login_id",
-                 f"{instructor},instructor,\"Hopper, Grace\",,,,"]
+        lines = [
+            "username,role,name,section,canvas_id,sis_user_id,sis_login_id",
+            f'{instructor},instructor,"Hopper, Grace",,,,',
+        ]
         for i, (kind, user) in enumerate(learners.items()):
-            lines.append(f"{user},learner,\"{kind.title()}, Learner\",A,{2000 + i},S{i},{kind}")
+            lines.append(f'{user},learner,"{kind.title()}, Learner",A,{2000 + i},S{i},{kind}')
         self.roster_path.write_text("\n".join(lines) + "\n")
         self.roster = hub.read_roster(self.roster_path)
         self.token = os.urandom(16).hex()
@@ -128,14 +131,34 @@ class ClassHub:
 
     def act(self, user: str, action: str, **payload) -> subprocess.Popen:
         """Start tests/hub_actor.py ACTION as ``user`` (their uid, gid, home; no groups)."""
-        env = ["env", "-i", f"HOME={self.home(user)}", f"USER={user}", f"LOGNAME={user}",
-               f"PATH={Path(project_python()).parent}:/usr/bin:/bin", "LANG=C.UTF-8",
-               "OMP_NUM_THREADS=1"]
-        argv = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *env,
-                project_python(), str(ROOT / "tests" / "hub_actor.py"), action,
-                json.dumps(payload)]
-        return subprocess.Popen(self.view(argv), cwd=self.home(user), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+        env = [
+            "env",
+            "-i",
+            f"HOME={self.home(user)}",
+            f"USER={user}",
+            f"LOGNAME={user}",
+            f"PATH={Path(project_python()).parent}:/usr/bin:/bin",
+            "LANG=C.UTF-8",
+            "OMP_NUM_THREADS=1",
+        ]
+        argv = [
+            "setpriv",
+            f"--reuid={user}",
+            f"--regid={user}",
+            "--clear-groups",
+            *env,
+            project_python(),
+            str(ROOT / "tests" / "hub_actor.py"),
+            action,
+            json.dumps(payload),
+        ]
+        return subprocess.Popen(
+            self.view(argv),
+            cwd=self.home(user),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
     @staticmethod
     def result(proc: subprocess.Popen, timeout: float = 240) -> dict:
@@ -150,15 +173,28 @@ class ClassHub:
         hub.prepare_exchange(self.exchange, self.instructor)
         hub.instructor_course(self.roster.instructors[0], self.homes)
         hub.hub_state(self.state, self.roster)
-        env = dict(os.environ, KV_HUB_ROSTER=str(self.roster_path), KV_EXCHANGE=str(self.exchange),
-                   KV_HUB_STATE=str(self.state), KV_HUB_PORT=str(self.port),
-                   KV_HUB_API_TOKEN=self.token)
-        argv = [str(Path(project_python()).parent / "jupyterhub"), "-f",
-                str(ROOT / "hub" / "jupyterhub_config.py")]
+        env = dict(
+            os.environ,
+            KV_HUB_ROSTER=str(self.roster_path),
+            KV_EXCHANGE=str(self.exchange),
+            KV_HUB_STATE=str(self.state),
+            KV_HUB_PORT=str(self.port),
+            KV_HUB_API_TOKEN=self.token,
+        )
+        argv = [
+            str(Path(project_python()).parent / "jupyterhub"),
+            "-f",
+            str(ROOT / "hub" / "jupyterhub_config.py"),
+        ]
         self.log = open(self.base / "hub.log", "w")
-        self.proc = subprocess.Popen(self.view(argv), env=env, cwd=self.state,
-                                     stdout=self.log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            self.view(argv),
+            env=env,
+            cwd=self.state,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
     def wait_up(self, timeout: float = 60) -> float:
         t0 = time.perf_counter()
@@ -174,8 +210,12 @@ class ClassHub:
     def api(self, method: str, path: str, data: dict | None = None, body: bytes | None = None):
         if data is not None:
             body = urllib.parse.urlencode(data).encode()
-        req = urllib.request.Request(self.url + path, data=body, method=method,
-                                     headers={"Authorization": f"token {self.token}"})
+        req = urllib.request.Request(
+            self.url + path,
+            data=body,
+            method=method,
+            headers={"Authorization": f"token {self.token}"},
+        )
         with urllib.request.urlopen(req, timeout=60) as resp:
             text = resp.read().decode()
             return resp.status, (json.loads(text) if text.strip() else None)
@@ -246,8 +286,10 @@ def _wait_js(page, condition: str, timeout: float) -> None:
         time.sleep(0.2)
     shot = Path(tempfile.gettempdir()) / "kv-hub-browser-failed.png"
     shot.write_bytes(page.screenshot())
-    raise AssertionError(f"the page never showed {condition}; at "
-                         f"{page.evaluate('location.href')} (screenshot: {shot})")
+    raise AssertionError(
+        f"the page never showed {condition}; at "
+        f"{page.evaluate('location.href')} (screenshot: {shot})"
+    )
 
 
 def _click(page, selector: str, text: str) -> None:
@@ -259,8 +301,10 @@ def _click(page, selector: str, text: str) -> None:
     )
     assert box, f"no {selector} reading {text!r}"
     for kind in ("mouseMoved", "mousePressed", "mouseReleased"):
-        page.send("Input.dispatchMouseEvent", {"type": kind, "x": box[0], "y": box[1],
-                                               "button": "left", "clickCount": 1})
+        page.send(
+            "Input.dispatchMouseEvent",
+            {"type": kind, "x": box[0], "y": box[1], "button": "left", "clickCount": 1},
+        )
 
 
 def in_the_browser(h: ClassHub, user: str) -> bytes:
@@ -278,12 +322,18 @@ def in_the_browser(h: ClassHub, user: str) -> bytes:
             f" document.querySelector('#password_input').value = {json.dumps(password)};"
             " document.querySelector('form').submit(); return true; })()"
         )
-        _wait_js(page, f"location.pathname.startsWith('/user/{user}/lab') && "
-                 "!document.querySelector('#jupyterlab-splash') && "
-                 "[...document.querySelectorAll('.lm-MenuBar-itemLabel')]"
-                 ".some(e => e.innerText.trim() === 'Nbgrader')", 120)
-        item = ("[...document.querySelectorAll('.lm-Menu-itemLabel')]"
-                ".some(e => e.innerText.trim() === 'Assignment List')")
+        _wait_js(
+            page,
+            f"location.pathname.startsWith('/user/{user}/lab') && "
+            "!document.querySelector('#jupyterlab-splash') && "
+            "[...document.querySelectorAll('.lm-MenuBar-itemLabel')]"
+            ".some(e => e.innerText.trim() === 'Nbgrader')",
+            120,
+        )
+        item = (
+            "[...document.querySelectorAll('.lm-Menu-itemLabel')]"
+            ".some(e => e.innerText.trim() === 'Assignment List')"
+        )
         for _ in range(10):  # Lab may still be wiring its menus when it first shows them
             _click(page, ".lm-MenuBar-itemLabel", "Nbgrader")
             try:
@@ -293,8 +343,11 @@ def in_the_browser(h: ClassHub, user: str) -> bytes:
                 continue
         _wait_js(page, item, 1)
         _click(page, ".lm-Menu-itemLabel", "Assignment List")
-        _wait_js(page, "[...document.querySelectorAll('button')]"
-                 ".some(b => b.innerText.trim() === 'Fetch')", 60)
+        _wait_js(
+            page,
+            "[...document.querySelectorAll('button')].some(b => b.innerText.trim() === 'Fetch')",
+            60,
+        )
         _click(page, "button", "Fetch")
         fetched = h.home(user) / A / f"{A}.ipynb"
         for _ in range(300):
@@ -302,8 +355,11 @@ def in_the_browser(h: ClassHub, user: str) -> bytes:
                 break
             time.sleep(0.1)
         assert fetched.exists(), "the Fetch button fetched nothing"
-        _wait_js(page, "[...document.querySelectorAll('button')]"
-                 ".some(b => b.innerText.trim() === 'Submit')", 30)
+        _wait_js(
+            page,
+            "[...document.querySelectorAll('button')].some(b => b.innerText.trim() === 'Submit')",
+            30,
+        )
         return page.screenshot()
 
 
@@ -328,9 +384,18 @@ def run_class(h: ClassHub) -> dict:
 
     others = [str(h.home(u)) for u in LEARNERS.values() if u != LEARNERS["hostile"]]
     gradebook = str(h.course / "gradebook.db")
-    procs = {k: h.act(LEARNERS[k], "learn", kind=k, exchange=str(h.exchange),
-                      gradebook=gradebook, others=others, victim=LEARNERS["wrong"])
-             for k in ("wrong", "hostile", "resub", "misnamed")}
+    procs = {
+        k: h.act(
+            LEARNERS[k],
+            "learn",
+            kind=k,
+            exchange=str(h.exchange),
+            gradebook=gradebook,
+            others=others,
+            victim=LEARNERS["wrong"],
+        )
+        for k in ("wrong", "hostile", "resub", "misnamed")
+    }
     if find_chromium():  # signs in, the hub starts the server, the panel fetches
         out["screenshot"] = in_the_browser(h, LEARNERS["honest"])
     else:  # no browser here: the hub's REST API starts the server
@@ -342,13 +407,14 @@ def run_class(h: ClassHub) -> dict:
     out["learn"] = {k: h.result(p) for k, p in procs.items()}
     due = datetime.now(UTC)
     time.sleep(1.0)
-    out["late"] = h.result(h.act(LEARNERS["late"], "learn", kind="late",
-                                 exchange=str(h.exchange)))
+    out["late"] = h.result(h.act(LEARNERS["late"], "learn", kind="late", exchange=str(h.exchange)))
     phase("learners fetch and submit (s)")
 
     h.spawn(LEARNERS["honest"])  # starts while the instructor grades
-    out["grade"] = h.result(h.act(INSTRUCTOR, "grade", roster=str(h.roster_path),
-                                  due=due.isoformat(), **paths), timeout=400)
+    out["grade"] = h.result(
+        h.act(INSTRUCTOR, "grade", roster=str(h.roster_path), due=due.isoformat(), **paths),
+        timeout=400,
+    )
     phase("collect + autograde + feedback (s)")
     t["of which (s)"] = {k: round(v, 1) for k, v in out["grade"]["autograde_seconds"].items()}
 
@@ -358,9 +424,20 @@ def run_class(h: ClassHub) -> dict:
     assert listing["success"], listing
     probes = probe_paths(h)
     with ThreadPoolExecutor(len(LEARNERS)) as pool:
-        futures = {k: pool.submit(lambda k=k: h.result(h.act(
-            LEARNERS[k], "feedback", exchange=str(h.exchange), probe=probes[k],
-            fetch=k != "honest"))) for k in KINDS}
+        futures = {
+            k: pool.submit(
+                lambda k=k: h.result(
+                    h.act(
+                        LEARNERS[k],
+                        "feedback",
+                        exchange=str(h.exchange),
+                        probe=probes[k],
+                        fetch=k != "honest",
+                    )
+                )
+            )
+            for k in KINDS
+        }
         out["feedback"] = {k: f.result() for k, f in futures.items()}
     phase("learners fetch feedback + probes (s)")
     t["total (s)"] = round(time.perf_counter() - start, 1)
@@ -372,9 +449,15 @@ def run_class(h: ClassHub) -> dict:
 def probe_paths(h: ClassHub) -> dict[str, list[str]]:
     """For each learner: paths that are someone else's (all must exist: checked here)."""
     course = h.course
-    theirs = [h.home(INSTRUCTOR), course / "gradebook.db", course / "grades.csv",
-              course / "submitted", course / "autograded" / LEARNERS["wrong"],
-              h.exchange / hub.COURSE_ID / "inbound", h.exchange / hub.COURSE_ID / "feedback"]
+    theirs = [
+        h.home(INSTRUCTOR),
+        course / "gradebook.db",
+        course / "grades.csv",
+        course / "submitted",
+        course / "autograded" / LEARNERS["wrong"],
+        h.exchange / hub.COURSE_ID / "inbound",
+        h.exchange / hub.COURSE_ID / "feedback",
+    ]
     probes = {}
     for kind, user in LEARNERS.items():
         paths = list(theirs)
@@ -452,8 +535,11 @@ def test_every_grade(class_hub):
     }, got
     assert rows[LEARNERS["hostile"]]["needs_review"] == "yes"
     assert "sqlite3" in rows[LEARNERS["hostile"]]["notes"]
-    assert all(rows[u]["sandbox"] == "bubblewrap" for k, u in LEARNERS.items()
-               if k not in ("absent", "misnamed"))
+    assert all(
+        rows[u]["sandbox"] == "bubblewrap"
+        for k, u in LEARNERS.items()
+        if k not in ("absent", "misnamed")
+    )
 
 
 def test_the_late_submission_is_late_and_the_others_are_not(class_hub):
@@ -511,8 +597,15 @@ def test_the_class_exports_to_canvas_with_the_flagged_row_blank(class_hub):
     header, table, review = canvas_rows(rows, class_hub.roster.learners, {A: "4101"})
     assert header[5:] == [f"{A} (4101)"] and table[0][0] == "Points Possible"
     by_login = {r[3]: r[5] for r in table[1:]}
-    assert by_login == {"honest": "3.0", "wrong": "1.0", "hostile": "", "resub": "3.0",
-                        "misnamed": 0, "late": "3.0", "absent": 0}
+    assert by_login == {
+        "honest": "3.0",
+        "wrong": "1.0",
+        "hostile": "",
+        "resub": "3.0",
+        "misnamed": 0,
+        "late": "3.0",
+        "absent": 0,
+    }
     assert [(r["student"], r["status"]) for r in review] == [(LEARNERS["hostile"], "FLAGGED")]
 
 

@@ -22,7 +22,7 @@ def roster(tmp_path, body: str):
 
 
 def test_a_good_roster_is_read_with_its_roles(tmp_path):
-    r = read_roster(roster(tmp_path, "prof,instructor,P\nada,learner,\"Lovelace, Ada\"\n"))
+    r = read_roster(roster(tmp_path, 'prof,instructor,P\nada,learner,"Lovelace, Ada"\n'))
     assert [p.username for p in r.instructors] == ["prof"]
     assert [(p.username, p.name) for p in r.learners] == [("ada", "Lovelace, Ada")]
 

@@ -85,6 +85,7 @@ def test_the_grader_stops_the_kernel_tree_and_sees_new_processes():
     try:
         fake = types.SimpleNamespace()
         fake._kernel_processes = lambda: execution._process_tree(kernel.pid)
+
         def started() -> bool:  # the child is forked and has become sleep (exec done)
             children = set(fake._kernel_processes()) - {kernel.pid}
             return any(execution._process_name(p) == "sleep" for p in children)

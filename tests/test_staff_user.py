@@ -84,8 +84,15 @@ def test_a_non_root_staff_user_grades_and_no_kernel_reaches_another_learners_wor
     script = work / "run.py"
     script.write_text(RUN.format(tests=str(ROOT / "tests"), work=str(work)))
     env = ["env", "-i", f"HOME={work}", f"PATH={python.parent}:/usr/bin:/bin", "LANG=C.UTF-8"]
-    argv = ["setpriv", f"--reuid={USER}", f"--regid={USER}", "--clear-groups", *env,
-            str(python), str(script)]
+    argv = [
+        "setpriv",
+        f"--reuid={USER}",
+        f"--regid={USER}",
+        "--clear-groups",
+        *env,
+        str(python),
+        str(script),
+    ]
     try:
         done = subprocess.run(
             private_view(argv, [_prefix(python), ROOT], tmp / "view"),

@@ -63,10 +63,12 @@ def main() -> int:
         submitted = time.perf_counter() - t0
         inbound = h.exchange / hub.COURSE_ID / "inbound"
         got = len({p.name.split("+")[0] for p in inbound.iterdir()})
-        print(f"learners {args.learners}, parallel {args.parallel}: hub up {up:.1f} s; "
-              f"all servers started {spawned:.1f} s; all fetched + submitted {submitted:.1f} s "
-              f"({submitted / args.learners:.2f} s per learner); {got} submissions in inbound; "
-              f"load {load0[0]:.2f} -> {os.getloadavg()[0]:.2f}")
+        print(
+            f"learners {args.learners}, parallel {args.parallel}: hub up {up:.1f} s; "
+            f"all servers started {spawned:.1f} s; all fetched + submitted {submitted:.1f} s "
+            f"({submitted / args.learners:.2f} s per learner); {got} submissions in inbound; "
+            f"load {load0[0]:.2f} -> {os.getloadavg()[0]:.2f}"
+        )
         return 0 if got == args.learners else 1
     finally:
         h.stop()

@@ -264,4 +264,3 @@ def yours_or_reference(exercise: str, fn: Callable) -> Callable:
     except Exception:  # noqa: BLE001 - written but wrong: the learner's own to inspect
         return fn
     return fn
-

@@ -160,8 +160,10 @@ def read_roster(path: Path | str) -> Roster:
                 + (f"unknown column(s) {unknown}; " if unknown else "")
                 + f"the columns are {list(COLUMNS)} (username and role required)"
             )
-        rows = [({k.strip(): (v or "").strip() for k, v in r.items() if k}, reader.line_num)
-                for r in reader]
+        rows = [
+            ({k.strip(): (v or "").strip() for k, v in r.items() if k}, reader.line_num)
+            for r in reader
+        ]
     problems, people, seen = [], [], {}
     for row, line in rows:
         name, role = row.get("username", ""), row.get("role", "")
@@ -206,7 +208,8 @@ def ensure_accounts(roster: Roster, homes: Path, echo=print) -> list[str]:
     if os.geteuid() != 0:
         raise PermissionError("creating the roster's accounts needs root (useradd)")
     foreign = [
-        p.username for p in roster.people
+        p.username
+        for p in roster.people
         if (a := _account(p.username)) is not None and ACCOUNT_MARK not in a.pw_gecos
     ]
     if foreign:
@@ -220,10 +223,21 @@ def ensure_accounts(roster: Roster, homes: Path, echo=print) -> list[str]:
     for p in roster.people:
         if _account(p.username) is None:
             subprocess.run(
-                ["useradd", "--create-home", "--home-dir", str(homes / p.username),
-                 "--shell", "/bin/bash", "--user-group",
-                 "--comment", f"{ACCOUNT_MARK}, {p.role}", p.username],
-                check=True, capture_output=True, text=True,
+                [
+                    "useradd",
+                    "--create-home",
+                    "--home-dir",
+                    str(homes / p.username),
+                    "--shell",
+                    "/bin/bash",
+                    "--user-group",
+                    "--comment",
+                    f"{ACCOUNT_MARK}, {p.role}",
+                    p.username,
+                ],
+                check=True,
+                capture_output=True,
+                text=True,
             )
             made.append(p.username)
         home = Path(_account(p.username).pw_dir)
@@ -307,8 +321,9 @@ def check_exchange(root: Path | str, instructor: str) -> None:
                 f"{instructor if owner == 'instructor' else 'root'} {d}"
             )
     if problems:
-        raise ExchangeError("nbgrader's exchange has the wrong permissions:\n  "
-                            + "\n  ".join(problems))
+        raise ExchangeError(
+            "nbgrader's exchange has the wrong permissions:\n  " + "\n  ".join(problems)
+        )
 
 
 # ---- a private view of a closed interpreter -------------------------------------------------
@@ -377,8 +392,15 @@ def run_exchange(cfg, cls, assignment: str, student: str | None = None, **kw):
     return app
 
 
-def release(course: Path, notebooks: Path, lesson: str, exchange: Path | str, *,
-            force: bool = False, echo=print) -> Path:
+def release(
+    course: Path,
+    notebooks: Path,
+    lesson: str,
+    exchange: Path | str,
+    *,
+    force: bool = False,
+    echo=print,
+) -> Path:
     """Generate the student version of ``lesson`` and put it in the exchange's outbound.
 
     A lesson already in the exchange is refused unless ``force``: learners may have fetched
@@ -396,8 +418,7 @@ def release(course: Path, notebooks: Path, lesson: str, exchange: Path | str, *,
             "have fetched it. Release it again only on purpose: add --force"
         )
     generate(course, notebooks, [lesson])
-    run_exchange(_exchange_config(course, exchange), ExchangeReleaseAssignment, lesson,
-                  force=True)
+    run_exchange(_exchange_config(course, exchange), ExchangeReleaseAssignment, lesson, force=True)
     echo(f"released {lesson} to {out}")
     return out
 
@@ -420,8 +441,9 @@ def _inside_problem(folder: Path) -> str | None:
     return None
 
 
-def collect(course: Path, lesson: str, exchange: Path | str, roster: Roster,
-            echo=print) -> list[str]:
+def collect(
+    course: Path, lesson: str, exchange: Path | str, roster: Roster, echo=print
+) -> list[str]:
     """Collect ``lesson``'s submissions into ``course/submitted/``, after checking each.
 
     A submission folder is refused (renamed ``.refused-...`` in inbound, never copied) when it
@@ -475,8 +497,9 @@ def _enrol(cfg, roster: Roster) -> None:
     with Gradebook(db_url(cfg)) as gb:
         for p in roster.learners:
             last, _, first = p.name.partition(", ")
-            gb.update_or_create_student(p.username, last_name=last or None,
-                                        first_name=first or None)
+            gb.update_or_create_student(
+                p.username, last_name=last or None, first_name=first or None
+            )
 
 
 def _uid_known(uid: int) -> bool:
@@ -549,16 +572,25 @@ def start(args) -> int:
     proxy = root / "node_modules" / ".bin" / "configurable-http-proxy"
     if not proxy.exists():
         raise SystemExit(f"{proxy} is missing: run `npm ci --ignore-scripts` (make hub does)")
-    env = dict(os.environ, KV_HUB_ROSTER=str(Path(args.roster).resolve()),
-               KV_EXCHANGE=str(args.exchange), KV_HUB_HOMES=str(args.homes),
-               KV_HUB_STATE=str(state))
+    env = dict(
+        os.environ,
+        KV_HUB_ROSTER=str(Path(args.roster).resolve()),
+        KV_EXCHANGE=str(args.exchange),
+        KV_HUB_HOMES=str(args.homes),
+        KV_HUB_STATE=str(state),
+    )
     port = env.setdefault("KV_HUB_PORT", "8000")
-    print(f"hub: http://127.0.0.1:{port}/  learners: {len(roster.learners)}, password in "
-          f"{state / 'learner_password'}: {secrets_['learner_password']}; instructor(s) "
-          f"{[p.username for p in roster.instructors]} log in with {state / 'admin_password'}",
-          flush=True)
-    argv = [str(Path(sys.executable).parent / "jupyterhub"), "-f",
-            str(root / "hub" / "jupyterhub_config.py")]
+    print(
+        f"hub: http://127.0.0.1:{port}/  learners: {len(roster.learners)}, password in "
+        f"{state / 'learner_password'}: {secrets_['learner_password']}; instructor(s) "
+        f"{[p.username for p in roster.instructors]} log in with {state / 'admin_password'}",
+        flush=True,
+    )
+    argv = [
+        str(Path(sys.executable).parent / "jupyterhub"),
+        "-f",
+        str(root / "hub" / "jupyterhub_config.py"),
+    ]
     argv = private_view(argv, [python_prefix(), root], state / "view")
     os.execvpe(argv[0], argv, env)
     return 0  # not reached
@@ -566,17 +598,21 @@ def start(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m attnlib.course.hub", description=__doc__,
+        prog="python -m attnlib.course.hub",
+        description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("command", choices=["check", "accounts", "remove", "start",
-                                            "release", "collect", "return"])
+    parser.add_argument(
+        "command", choices=["check", "accounts", "remove", "start", "release", "collect", "return"]
+    )
     parser.add_argument("lesson", nargs="?", help="release/collect/return: the lesson")
     env = os.environ.get
-    parser.add_argument("--roster", type=Path,
-                        default=Path(env("KV_HUB_ROSTER", course_root() / "hub" / "roster.csv")))
-    parser.add_argument("--exchange", type=Path, default=Path(env("KV_EXCHANGE",
-                                                                  DEFAULT_EXCHANGE)))
+    parser.add_argument(
+        "--roster",
+        type=Path,
+        default=Path(env("KV_HUB_ROSTER", course_root() / "hub" / "roster.csv")),
+    )
+    parser.add_argument("--exchange", type=Path, default=Path(env("KV_EXCHANGE", DEFAULT_EXCHANGE)))
     parser.add_argument("--homes", type=Path, default=Path(env("KV_HUB_HOMES", "/home")))
     parser.add_argument("--course", type=Path, default=Path("~").expanduser() / COURSE_ID)
     parser.add_argument("--notebooks", type=Path, default=course_root() / "notebooks")
@@ -588,8 +624,10 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"{args.command} needs a lesson, e.g. 03_attention")
         if args.command == "check":
             check_exchange(args.exchange, roster.instructors[0].username)
-            print(f"roster {args.roster}: {len(roster.instructors)} instructor(s), "
-                  f"{len(roster.learners)} learner(s); exchange {args.exchange}: ok")
+            print(
+                f"roster {args.roster}: {len(roster.instructors)} instructor(s), "
+                f"{len(roster.learners)} learner(s); exchange {args.exchange}: ok"
+            )
         elif args.command == "accounts":
             ensure_accounts(roster, args.homes)
         elif args.command == "remove":

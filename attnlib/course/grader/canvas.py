@@ -76,20 +76,38 @@ def canvas_rows(grade_rows: list[dict], people, assignment_ids: dict[str, str] |
                 cells.append(0)
             elif r["status"] in BLANK_STATUSES or r["score"] in ("", None):
                 cells.append("")
-                review.append({"student": p.username, "assignment": a,
-                               "status": r["status"], "notes": r.get("notes", "")})
+                review.append(
+                    {
+                        "student": p.username,
+                        "assignment": a,
+                        "status": r["status"],
+                        "notes": r.get("notes", ""),
+                    }
+                )
             else:
                 cells.append(r["score"])
         rows.append([csv_cell(c) for c in cells])
     for (student, a), r in sorted(by_pair.items()):
         if student not in roster:
-            review.append({"student": student, "assignment": a, "status": r["status"],
-                           "notes": "not in the roster: not exported to Canvas"})
+            review.append(
+                {
+                    "student": student,
+                    "assignment": a,
+                    "status": r["status"],
+                    "notes": "not in the roster: not exported to Canvas",
+                }
+            )
     return header, [points] + rows, [{k: csv_cell(v) for k, v in x.items()} for x in review]
 
 
-def canvas_export(grades_csv: Path, people, to: Path, review_to: Path | None = None,
-                  assignment_ids: dict[str, str] | None = None, echo=print) -> Path:
+def canvas_export(
+    grades_csv: Path,
+    people,
+    to: Path,
+    review_to: Path | None = None,
+    assignment_ids: dict[str, str] | None = None,
+    echo=print,
+) -> Path:
     """Write ``to`` (Canvas's import layout) and ``review_to`` (the blank cells' reasons)."""
     grades_csv = Path(grades_csv)
     if not grades_csv.is_file():
@@ -107,6 +125,8 @@ def canvas_export(grades_csv: Path, people, to: Path, review_to: Path | None = N
         w = csv.DictWriter(fh, fieldnames=REVIEW_KEYS)
         w.writeheader()
         w.writerows(review)
-    echo(f"canvas: {len(rows) - 1} learner(s) x {len(header) - len(IDENTITY)} assignment(s) "
-         f"-> {to}; {len(review)} cell(s) left blank or unmatched, listed in {review_to}")
+    echo(
+        f"canvas: {len(rows) - 1} learner(s) x {len(header) - len(IDENTITY)} assignment(s) "
+        f"-> {to}; {len(review)} cell(s) left blank or unmatched, listed in {review_to}"
+    )
     return to
