@@ -18,7 +18,7 @@ help:
 	@echo "make hub        the class hub on http://127.0.0.1:8000: accounts from hub/roster.csv, nbgrader's exchange (root)"
 	@echo "make test       set up .venv, lint, then unit tests + every notebook under strict nbval"
 	@echo "make test-course       the course end to end: real lessons graded, decks in Chromium, the hub (CI's second stage)"
-	@echo "make test-regenerate   retrain the shipped models from scratch (CI's second stage)"
+	@echo "make test-regenerate   retrain the shipped models from scratch (CI's third stage)"
 	@echo "make student    write student versions of the lessons into workbook/ (never overwrites your edits)"
 	@echo "make release    nbgrader: build student releases of the graded lessons"
 	@echo "make autograde  nbgrader: grade submitted/ (each kernel sandboxed; JOBS=N at once) and export grades.csv"
@@ -89,7 +89,7 @@ test-course: setup
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -n 3 --dist loadscope --no-loadscope-reorder \
 	  -m second_stage --durations=10 $(PYTEST_ARGS) tests
 
-# The second CI stage (.ci/run runs it after `make test`; it gates landing too): retrain
+# The third CI stage (.ci/run runs it after `make test-course`; it gates landing too): retrain
 # the shipped models from scratch and compare with data/ (`make test` checks that a short
 # run retraces the start of each shipped log).
 test-regenerate: setup

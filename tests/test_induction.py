@@ -277,7 +277,7 @@ def test_shipped_log_shows_the_phase_change():
 # The first steps of the run the shipped files came from, in `make test`: the same code,
 # seed and batches, and Adam at a constant learning rate, so a shorter run is a prefix of
 # the full one and must retrace the shipped log step by step (both models, every logged
-# loss). The whole run (`make test-regenerate`, the second CI stage) rebuilds the files.
+# loss). The whole run (`make test-regenerate`, the third CI stage) rebuilds the files.
 SHORT_STEPS = 150
 
 

@@ -5,7 +5,7 @@ Oracles: plain Python loops over hand-built attention maps for the head scores; 
 characters with ``collections.Counter`` for the baselines; windows of distinct tokens for
 ``repeat_passages``; the shipped results tables for the shipped weights. In `make test`
 each recipe's shortened schedule retraces its shipped log step by step; the full run is in
-`make test-regenerate` (the second CI stage): byte for byte on the machine that made the
+`make test-regenerate` (the third CI stage): byte for byte on the machine that made the
 shipped files; on another CPU the 4000-step runs drift further than tests/reproduce.py's
 rounding bounds, so there each retrained model must measure as the shipped one does (see the
 regeneration test).

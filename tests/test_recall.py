@@ -308,7 +308,7 @@ def _answer_loss_column(name: str, steps: int | None = None) -> list[str]:
 # In `make test`: the first steps of a variant's run (the same code, seed and batches, Adam
 # at a constant learning rate, so a prefix of the full run) retrace the shipped log, for
 # plain attention and for top-k selection with its indexer's KL loss. The whole run of one
-# variant, weights and log, is in `make test-regenerate` (the second CI stage).
+# variant, weights and log, is in `make test-regenerate` (the third CI stage).
 SHORT_STEPS = 100
 
 

@@ -174,7 +174,7 @@ def test_bad_input_is_refused(model, test_data):
 # In `make test`: the first steps of the run the shipped weights came from (the same code,
 # seed and batches, Adam at a constant learning rate: a prefix of the full run) retrace the
 # shipped log, loss and batch accuracy at every step. The whole run is below, in
-# `make test-regenerate` (the second CI stage).
+# `make test-regenerate` (the third CI stage).
 SHORT_STEPS = 60
 
 
