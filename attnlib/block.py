@@ -108,9 +108,9 @@ def layer_norm(x, weight=None, bias=None, *, eps: float = LAYER_NORM_EPS):
     --------
     >>> x = torch.tensor([[1.0, 2.0, 3.0, 6.0]])
     >>> y = layer_norm(x)
-    >>> round(float(y.mean()), 6), round(float(y.var(correction=0)), 4)
-    (0.0, 1.0)
-    >>> torch.allclose(y, torch.nn.functional.layer_norm(x, (4,)))
+    >>> abs(float(y.mean())) < 1e-6, round(float(y.var(correction=0)), 4)  # mean 0, variance 1
+    (True, 1.0)
+    >>> torch.allclose(y, torch.nn.functional.layer_norm(x, (4,)), atol=1e-6)
     True
     """
     mean = x.mean(axis=-1, keepdims=True)  # (..., 1)
@@ -153,7 +153,7 @@ def gelu_tanh(x):
     Examples
     --------
     >>> x = torch.linspace(-3, 3, 7)
-    >>> torch.allclose(gelu_tanh(x), torch.nn.functional.gelu(x, approximate="tanh"))
+    >>> torch.allclose(gelu_tanh(x), torch.nn.functional.gelu(x, approximate="tanh"), atol=1e-6)
     True
     >>> float((gelu_tanh(x) - torch.nn.functional.gelu(x)).abs().max()) < 1e-3
     True

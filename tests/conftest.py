@@ -10,6 +10,7 @@ import os
 import sys
 from pathlib import Path
 
+import pieces
 import pytest
 from hypothesis import HealthCheck, settings
 from nbgrader import api as nbgrader_api
@@ -92,3 +93,26 @@ def pytest_collection_modifyitems(config, items):
     grading = ("tests/test_grading.py", "tests/test_grading_lessons.py")
     first = {**dict.fromkeys(grading, 0), "tests/test_hub.py": 1}  # the class hub: ~70 s
     items.sort(key=lambda item: first.get(item.nodeid.split("::")[0], 2))
+
+
+def pytest_runtest_setup(item):
+    """``@pytest.mark.needs("bubblewrap", ...)``: skip without it, fail in CI (tests/pieces)."""
+    for mark in item.iter_markers("needs"):
+        pieces.need(*mark.args)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """In CI's strict mode (``KEY_VECTORS_CI=1``, set by .ci/run) a skip is a failure.
+
+    CI installs every piece the suite uses, so no test has a reason to be left out there: a
+    skip means something on the way to it broke (a probe, a fixture, an install step).
+    """
+    report = yield
+    if pieces.ci_mode() and report.skipped and not hasattr(report, "wasxfail"):
+        where = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.outcome = "failed"
+        report.longrepr = (
+            f"CI ({pieces.CI_ENV}=1) allows no skipped test; this one was skipped: {where}"
+        )
+    return report

@@ -32,7 +32,6 @@ import time
 from pathlib import Path
 
 import nbformat
-import pytest
 from nbfixtures import (
     LESSONS,
     PART_LESSONS,
@@ -42,8 +41,9 @@ from nbfixtures import (
     solution_lines,
 )
 from nbfixtures import write_lessons as write_fixture_lessons
+from pieces import need
 
-from attnlib.course.grader import export, sandbox
+from attnlib.course.grader import export
 from attnlib.course.grader.autograde import autograde
 from attnlib.course.grader.course import is_graded, load_config, release
 from attnlib.course.grader.export import feedback
@@ -58,7 +58,6 @@ TIMEOUT = 60  # seconds per cell of the real lessons (the course's own limit)
 # submissions that never finish a cell (an interrupt-swallowing loop, replaced builtins)
 # cost before their kernels are restarted (plus a probe of half the limit).
 FIXTURE_TIMEOUT = 6
-NO_SANDBOX = sandbox.unavailable()
 
 NESTED_SWALLOW_LOOP = """def softmax(x):
     while True:
@@ -336,9 +335,12 @@ def grade(
 
 
 def graded_course(tmp_path_factory, name: str, **what):
-    """Course ``name`` graded once (skipped where no bubblewrap sandbox works)."""
-    if NO_SANDBOX is not None:
-        pytest.skip(f"no bubblewrap sandbox here: {NO_SANDBOX}")
+    """Course ``name`` graded once (where bubblewrap can run; in CI, always: tests/pieces.py).
+
+    Whether to run is decided by bubblewrap's own probe, never by the grader's sandbox, so a
+    sandbox broken by the course's code fails here instead of skipping every course.
+    """
+    need("bubblewrap")
     return grade(tmp_path_factory.mktemp(name), **what)
 
 

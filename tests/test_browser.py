@@ -44,6 +44,7 @@ import pytest
 from chromium import Chromium, find_chromium
 from conftest import NOTEBOOKS, ROOT
 from labserver import running_lab
+from pieces import need
 
 from attnlib.course.lecture import (
     FULL_SUFFIX,
@@ -81,14 +82,8 @@ FIT_JS = """new Promise((resolve, reject) => {
 
 @pytest.fixture(scope="module")
 def browser():
+    need("chromium")
     binary = find_chromium()
-    if binary is None:
-        reason = (
-            "Chromium is not installed, so the real-browser checks cannot run "
-            "(Debian/Ubuntu: sudo apt-get install chromium; CI: tools/ensure_chromium.sh)"
-        )
-        print(reason)
-        pytest.skip(reason)
     with Chromium(binary) as b:
         yield b
 
@@ -96,8 +91,7 @@ def browser():
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     """Decks and handouts of every lesson, without solutions (what a class sees)."""
-    if not (NODE_MODULES / "reveal.js" / "dist" / "reveal.js").exists():
-        pytest.skip("node_modules/ is missing: run `npm ci` (make slides / make html do)")
+    need("npm assets")
     out = tmp_path_factory.mktemp("lecture")
     decks = build_slides(NOTEBOOKS, out / "slides", NODE_MODULES)  # the lecture decks
     full = [d.with_name(d.name.replace(".slides.html", FULL_SUFFIX)) for d in decks]

@@ -187,14 +187,26 @@ def test_hidden_check_accepts_the_reference_or_names_the_reference_call(name, ca
     assert capsys.readouterr().out == ""
 
 
-@pytest.mark.parametrize("name", EXERCISES)
-def test_cases_are_non_square_where_inputs_are_matrices(name):
-    if name in SQUARE_BY_NATURE:
-        pytest.skip(f"{name}: {SQUARE_BY_NATURE[name]}")
+def _matrices(name: str) -> list:
     cases = get_exercise(name).cases(hidden=True)
-    mats = [a for c in cases for a in _arrays(c) if a.ndim >= 2 and a.dtype != bool]
-    if not mats:
-        pytest.skip(f"{name} takes no matrices (sizes or lengths only)")
+    return [a for c in cases for a in _arrays(c) if a.ndim >= 2 and a.dtype != bool]
+
+
+# Exercises whose cases hold matrices (the others take sizes or lengths only), less those
+# square by nature.
+MATRIX_EXERCISES = [n for n in EXERCISES if n not in SQUARE_BY_NATURE and _matrices(n)]
+
+
+def test_the_square_check_leaves_out_only_named_or_matrix_free_exercises():
+    assert set(SQUARE_BY_NATURE) <= set(EXERCISES), set(SQUARE_BY_NATURE) - set(EXERCISES)
+    assert len(MATRIX_EXERCISES) >= len(EXERCISES) // 2, MATRIX_EXERCISES
+    for name in set(EXERCISES) - set(MATRIX_EXERCISES) - set(SQUARE_BY_NATURE):
+        assert _matrices(name) == [], name
+
+
+@pytest.mark.parametrize("name", MATRIX_EXERCISES)
+def test_cases_are_non_square_where_inputs_are_matrices(name):
+    mats = _matrices(name)
     assert any(a.shape[-1] != a.shape[-2] for a in mats), f"{name}: all matrices are square"
 
 

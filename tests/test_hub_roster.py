@@ -73,7 +73,7 @@ def test_the_repository_roster_is_valid():
     assert len(r.instructors) == 1 and len(r.learners) >= 5
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="chown to root needs root")
+@pytest.mark.needs("root")  # chown to root
 def test_an_exchange_with_wrong_permissions_is_named_with_the_fix(tmp_path):
     ex = tmp_path / "exchange"
     hub.prepare_exchange(ex, "root")

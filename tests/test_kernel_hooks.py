@@ -129,10 +129,7 @@ def test_the_kernel_side_sees_processes_it_started(monkeypatch):
     assert trust.foreign_processes().count("sleep") == before.count("sleep")
 
 
-NO_SANDBOX = sandbox.unavailable()
-
-
-@pytest.mark.skipif(NO_SANDBOX is not None, reason=f"no bubblewrap sandbox: {NO_SANDBOX}")
+@pytest.mark.needs("bubblewrap")
 def test_in_the_sandbox_both_sides_see_a_process_the_notebook_started():
     box = sandbox.Sandbox(slot=5)
     try:

@@ -99,7 +99,7 @@ def test_the_key_must_name_every_statement_with_a_bool():
     assert KV.has_answer_key()  # a refused key changed nothing
 
 
-@pytest.mark.skipif(sandbox.unavailable() is not None, reason="no bubblewrap sandbox here")
+@pytest.mark.needs("bubblewrap")
 def test_the_sandbox_hides_the_grader_wing_and_its_keys():
     box = sandbox.Sandbox(slot=5)
     try:

@@ -23,6 +23,7 @@ from html.parser import HTMLParser
 import nbformat
 import pytest
 from conftest import NOTEBOOKS, ROOT
+from pieces import need
 
 from attnlib.course.lecture import (
     LECTURER_MARK,
@@ -163,8 +164,7 @@ def test_index_lists_lessons_in_order():
 
 @pytest.fixture(scope="module")
 def sample(tmp_path_factory):
-    if not (NODE_MODULES / "reveal.js" / "dist" / "reveal.js").exists():
-        pytest.skip("node_modules/ is missing: run `npm ci` (make slides / make html do)")
+    need("npm assets")
     nbdir = tmp_path_factory.mktemp("notebooks")
     for name in SAMPLE:
         shutil.copy(NOTEBOOKS / name, nbdir / name)
@@ -463,8 +463,7 @@ def test_lecture_notebook_shapes_decks_and_handouts():
 
 @pytest.fixture(scope="module")
 def demo_dir(tmp_path_factory):
-    if not (NODE_MODULES / "reveal.js" / "dist" / "reveal.js").exists():
-        pytest.skip("node_modules/ is missing: run `npm ci` (make slides / make html do)")
+    need("npm assets")
     nbdir = tmp_path_factory.mktemp("demo")
     nbformat.write(demo_lesson(), nbdir / "00_demo.ipynb")
     return nbdir

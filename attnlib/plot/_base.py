@@ -264,6 +264,21 @@ def heatmap(
         panel).
     vmax : float, optional
         Colour-scale limit for scores (default: the largest absolute finite score).
+
+    Examples
+    --------
+    Three tokens under the causal mask, each query's weight spread evenly over the keys it
+    may see: six numbers are written, and the three cells above the diagonal (keys after
+    the query) are hatched grey under one "masked" legend entry.
+
+    >>> from attnlib.masks import causal_mask
+    >>> w = np.tril(np.ones((3, 3))) / np.arange(1, 4)[:, None]   # rows 1, 1/2, 1/3
+    >>> ax = heatmap(w, keys=["the", "cat", "sat"], mask=causal_mask(3), annotate=True)
+    >>> ax.get_xlabel(), ax.get_ylabel(), [t.get_text() for t in ax.texts][:3]
+    ('key position', 'query position', ['1.00', '0.50', '0.50'])
+    >>> len(ax.texts), [t.get_text() for t in ax.get_legend().get_texts()]
+    (6, ['masked'])
+    >>> plt.close(ax.figure)  # a lesson shows the figure instead; here it is only checked
     """
     m = as_numpy(matrix)
     if m.ndim != 2:

@@ -176,8 +176,13 @@ def entropy(weights: torch.Tensor) -> torch.Tensor:
 
     Examples
     --------
-    >>> entropy(torch.tensor([[1.0, 0.0], [0.5, 0.5]]))
-    tensor([0.0000, 0.6931])
+    >>> h = entropy(torch.tensor([[1.0, 0.0], [0.5, 0.5]]))  # all on one key; even over two
+    >>> h.shape
+    torch.Size([2])
+    >>> h[0].item() == 0  # certain: the zero weight adds nothing (no nan from 0 · log 0)
+    True
+    >>> round(h[1].item(), 4)  # log 2, the most uncertain two keys can be
+    0.6931
     """
     w = torch.as_tensor(weights)
     return -(w * torch.where(w > 0, w, torch.ones_like(w)).log()).sum(-1)
