@@ -44,7 +44,7 @@ setup:
 # or to open the printed address yourself).
 lab: setup
 	@$(BIN)/python tools/workbook_fresh.py notebooks workbook || \
-	  $(BIN)/python -m attnlib.course.student notebooks workbook
+	  $(BIN)/python -m kvstaff.student notebooks workbook
 	$(BIN)/jupyter lab $(ROOT_FLAG) --port=$(PORT) --ServerApp.root_dir=workbook \
 	  --LabApp.default_url=/lab/tree/00_welcome.ipynb $(LAB_ARGS)
 
@@ -61,10 +61,10 @@ lab-staff: setup
 # hub/jupyterhub_config.py. Needs root (it creates accounts and starts servers as them).
 # KV_HUB_PORT=8001 moves it; `make hub-remove` deletes the accounts it made.
 hub: setup node_modules/.package-lock.json
-	$(BIN)/python -m attnlib.course.hub start
+	$(BIN)/python -m kvstaff.hub start
 
 hub-remove: setup
-	$(BIN)/python -m attnlib.course.hub remove
+	$(BIN)/python -m kvstaff.hub remove
 
 lint: setup
 	$(BIN)/ruff check .
@@ -105,7 +105,7 @@ execute: setup
 	$(BIN)/python tools/execute_notebooks.py $(NB)
 
 student: setup
-	$(BIN)/python -m attnlib.course.student notebooks workbook
+	$(BIN)/python -m kvstaff.student notebooks workbook
 
 # LESSONS="03_attention 08_masks" limits release/autograde to some lessons (default: all graded).
 # JOBS=N grades N submissions at once, each in its own sandbox (default: one per core).
@@ -113,26 +113,26 @@ student: setup
 JOBS ?=
 GRADE_ARGS ?=
 release: setup
-	$(BIN)/python -m attnlib.course.gradebook release $(LESSONS)
+	$(BIN)/python -m kvstaff.gradebook release $(LESSONS)
 
 autograde: setup
-	$(BIN)/python -m attnlib.course.gradebook autograde $(LESSONS) $(if $(JOBS),--jobs $(JOBS)) $(GRADE_ARGS)
+	$(BIN)/python -m kvstaff.gradebook autograde $(LESSONS) $(if $(JOBS),--jobs $(JOBS)) $(GRADE_ARGS)
 
 feedback: setup
-	$(BIN)/python -m attnlib.course.gradebook feedback
+	$(BIN)/python -m kvstaff.gradebook feedback
 
 # Canvas's gradebook-import CSV from grades.csv: canvas_grades.csv, and canvas_review.csv
 # (FLAGGED / NOT GRADED cells, left blank). ROSTER=... CANVAS_IDS="03_attention=4101 ...".
 ROSTER ?= hub/roster.csv
 CANVAS_IDS ?=
 canvas: setup
-	$(BIN)/python -m attnlib.course.gradebook canvas --roster $(ROSTER) $(foreach i,$(CANVAS_IDS),--assignment-id $(i))
+	$(BIN)/python -m kvstaff.gradebook canvas --roster $(ROSTER) $(foreach i,$(CANVAS_IDS),--assignment-id $(i))
 
 report: setup
-	$(BIN)/python -m attnlib.course.report --learners
+	$(BIN)/python -m kvstaff.report --learners
 
 bench: setup
-	$(BIN)/python -m attnlib.course.bench
+	$(BIN)/python -m kvstaff.bench
 
 # Lecture mode: reveal.js, require.js, jQuery and MathJax come from npm (package-lock.json),
 # copied into build/ so that slides and handouts work without a network.
@@ -141,10 +141,10 @@ node_modules/.package-lock.json: package.json package-lock.json
 	npm ci --ignore-scripts --no-audit --no-fund
 
 slides: setup node_modules/.package-lock.json
-	$(BIN)/python -m attnlib.course.lecture slides
+	$(BIN)/python -m kvstaff.lecture slides
 
 html: setup node_modules/.package-lock.json
-	$(BIN)/python -m attnlib.course.lecture html
+	$(BIN)/python -m kvstaff.lecture html
 
 clean:
 	rm -rf build workbook .pytest_cache

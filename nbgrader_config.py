@@ -1,5 +1,5 @@
 """nbgrader settings for the Key Vectors course (read by `nbgrader ...` and
-attnlib.course.gradebook).
+kvstaff.gradebook).
 
 The course folder is this repository. nbgrader's source folder is generated from
 notebooks/ by `make release` (build/source/<lesson>/<lesson>.ipynb, one assignment per
@@ -22,13 +22,13 @@ from nbgrader.preprocessors import (
     SaveAutoGrades,
 )
 
-from attnlib.course.gradebook import (
+from kvstaff.gradebook import (
     CourseCsvExport,
     ResilientExecute,
     ShortenHiddenTracebacks,
     StderrIsNotFailure,
 )
-from attnlib.course.safe_outputs import SafeOutputs
+from kvstaff.safe_outputs import SafeOutputs
 
 c = get_config()  # noqa: F821 - provided by nbgrader's config loader
 
@@ -50,7 +50,7 @@ c.Execute.shutdown_kernel = "immediate"
 # A deleted (or metadata-stripped) test cell is put back and graded, not silently scored 0.
 c.OverwriteCells.add_missing_cells = True
 
-# Every grading kernel runs in a bubblewrap sandbox (attnlib/course/sandbox.py): read-only
+# Every grading kernel runs in a bubblewrap sandbox (staff/kvstaff/sandbox.py): read-only
 # course and venv, its own folder, no network, a separate uid, these limits. The driver
 # (`make autograde`) switches to "none" only when told --unsafe-no-sandbox, and sets the
 # worker slot and threads per kernel when it grades several submissions at once.

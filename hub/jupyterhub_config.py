@@ -2,7 +2,7 @@
 
 One hub for one course: an instructor and learners from a roster (hub/roster.csv), each
 signed in to their own JupyterLab server, running as their own system account, with
-nbgrader's exchange between them. Started by `python -m attnlib.course.hub start`, which
+nbgrader's exchange between them. Started by `python -m kvstaff.hub start`, which
 first creates the accounts and the exchange and then runs `jupyterhub -f` on this file; the
 same file runs a real server (see the README for what to change: the authenticator, the
 address, TLS).
@@ -28,9 +28,9 @@ from pathlib import Path
 c = get_config()  # noqa: F821 - provided by JupyterHub's config loader
 
 REPO = Path(__file__).resolve().parents[1]  # the course checkout this file is in
-# The roster reader, attnlib/course/hub.py, loaded as a file of its own: importing the attnlib
+# The roster reader, staff/kvstaff/hub.py, loaded as a file of its own: importing the attnlib
 # package would load torch (~2.7 s and its memory) into the hub, which needs none of it.
-_spec = importlib.util.spec_from_file_location("kv_class_hub", REPO / "attnlib/course/hub.py")
+_spec = importlib.util.spec_from_file_location("kv_class_hub", REPO / "staff/kvstaff/hub.py")
 class_hub = sys.modules["kv_class_hub"] = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(class_hub)
 COURSE_ID, read_roster = class_hub.COURSE_ID, class_hub.read_roster
@@ -51,7 +51,7 @@ c.JupyterHub.hub_ip = "127.0.0.1"
 c.JupyterHub.hub_port = PORT + 1
 c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{PORT + 2}"
 # Its database (users, servers, tokens), cookie secret and pid file live in KV_HUB_STATE
-# (mode 0700, made by attnlib.course.hub), not in the folder the hub is started from.
+# (mode 0700, made by kvstaff.hub), not in the folder the hub is started from.
 c.JupyterHub.db_url = f"sqlite:///{STATE / 'jupyterhub.sqlite'}"
 c.JupyterHub.cookie_secret_file = str(STATE / "jupyterhub_cookie_secret")
 c.JupyterHub.pid_file = str(STATE / "jupyterhub.pid")

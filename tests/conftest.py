@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 from nbgrader import api as nbgrader_api
 
-from attnlib.course.grader import answer_keys
+from kvstaff.grader import answer_keys
 
 # The tests that every graded course must pass live in this helper (grading_course.EveryCourse,
 # shared by two test files): pytest explains their failed asserts as it does in test files.

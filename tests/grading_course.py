@@ -43,12 +43,12 @@ from nbfixtures import (
 from nbfixtures import write_lessons as write_fixture_lessons
 from pieces import need
 
-from attnlib.course.grader import export
-from attnlib.course.grader.autograde import autograde
-from attnlib.course.grader.course import is_graded, load_config, release
-from attnlib.course.grader.export import feedback
-from attnlib.course.hub import run_exchange
-from attnlib.course.lessons import lesson_paths
+from kvstaff.grader import export
+from kvstaff.grader.autograde import autograde
+from kvstaff.grader.course import is_graded, load_config, release
+from kvstaff.grader.export import feedback
+from kvstaff.hub import run_exchange
+from kvstaff.lessons import lesson_paths
 
 ROOT = Path(__file__).resolve().parents[1]
 ATTNLIB = ROOT / "attnlib"

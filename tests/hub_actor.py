@@ -28,7 +28,7 @@ from pathlib import Path
 TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS))
 
-# A learner's steps import neither attnlib nor torch (attnlib.course.hub would): the
+# A learner's steps import neither attnlib nor torch (kvstaff.hub would): the
 # instructor's do (hub.release, hub.collect...), each where it needs them.
 COURSE_ID = "key-vectors"
 
@@ -148,7 +148,7 @@ def learn(args: dict) -> dict:
 
 
 def release(args: dict) -> dict:
-    from attnlib.course import hub
+    from kvstaff import hub
 
     hub.release(
         Path(args["course"]), Path(args["notebooks"]), A, args["exchange"], echo=lambda *_: None
@@ -164,9 +164,9 @@ def release(args: dict) -> dict:
 def grade(args: dict) -> dict:
     from nbgrader.api import Gradebook
 
-    from attnlib.course import hub
-    from attnlib.course.grader.autograde import autograde
-    from attnlib.course.grader.course import db_url, load_config
+    from kvstaff import hub
+    from kvstaff.grader.autograde import autograde
+    from kvstaff.grader.course import db_url, load_config
 
     course, exchange = Path(args["course"]), args["exchange"]
     roster = hub.read_roster(args["roster"])

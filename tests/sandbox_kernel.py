@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 
-from attnlib.course.grader import sandbox
+from kvstaff.grader import sandbox
 
 
 @contextlib.contextmanager

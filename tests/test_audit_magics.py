@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from attnlib.course.grader import audit
+from kvstaff.grader import audit
 
 FORBIDDEN = {"attend", "softmax"}
 

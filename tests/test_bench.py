@@ -1,4 +1,4 @@
-"""`python -m attnlib.course.bench --quick` produces its tables (a smoke test, not a timed test)."""
+"""`python -m kvstaff.bench --quick` produces its tables (a smoke test, not a timed test)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import subprocess
 import pytest
 import torch
 
-from attnlib.course.bench import main
 from attnlib.timing import median_times
 from attnlib.training import torch_threads
+from kvstaff.bench import main
 
 
 def test_quick_bench_prints_every_table(capsys):
@@ -63,7 +63,7 @@ def test_quick_bench_prints_every_table(capsys):
 @pytest.mark.slow
 def test_module_runs_as_a_script(root, python):
     proc = subprocess.run(
-        [python, "-m", "attnlib.course.bench", "--help"],
+        [python, "-m", "kvstaff.bench", "--help"],
         cwd=root,
         capture_output=True,
         text=True,

@@ -2,7 +2,7 @@
 
 One headless Chromium (tests/chromium.py, the DevTools protocol over a pipe) serves the
 whole module. The decks and handouts of every lesson are built once into a temporary
-folder (`python -m attnlib.course.lecture slides|html` does the same into build/). Then,
+folder (`python -m kvstaff.lecture slides|html` does the same into build/). Then,
 for every lesson's default deck — the lecture deck the lesson chose (metadata["lecture"]) —
 `window.kvSlideFit()` measures every slide as Chromium shows it, after MathJax has typeset
 it, once, and:
@@ -46,7 +46,8 @@ from conftest import NOTEBOOKS, ROOT
 from labserver import running_lab
 from pieces import need
 
-from attnlib.course.lecture import (
+from attnlib.plot import DPI, MIN_FONT
+from kvstaff.lecture import (
     FULL_SUFFIX,
     LECTURE_SLIDES,
     MAX_CODE_LINES,
@@ -57,7 +58,6 @@ from attnlib.course.lecture import (
     build_slides,
     discover_lessons,
 )
-from attnlib.plot import DPI, MIN_FONT
 
 # CI's second stage (`make test-course`): what a class sees, in a real browser.
 pytestmark = [pytest.mark.slow, pytest.mark.second_stage]

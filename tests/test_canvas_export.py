@@ -1,4 +1,4 @@
-"""The Canvas export (attnlib/course/grader/canvas.py) against Canvas's documented import
+"""The Canvas export (staff/kvstaff/grader/canvas.py) against Canvas's documented import
 layout: five identifying columns named as Canvas names them, one column per assignment headed
 "Name (id)", a "Points Possible" row, and FLAGGED / NOT GRADED cells left blank and listed for
 review. The grades come as grades.csv's own columns (export.CSV_KEYS)."""
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from attnlib.course.grader.canvas import canvas_export, canvas_rows
-from attnlib.course.grader.cli import main
-from attnlib.course.grader.export import CSV_KEYS
-from attnlib.course.hub import read_roster
+from kvstaff.grader.canvas import canvas_export, canvas_rows
+from kvstaff.grader.cli import main
+from kvstaff.grader.export import CSV_KEYS
+from kvstaff.hub import read_roster
 
 # Canvas's gradebook columns, in Canvas's order, spelt as its export writes them.
 CANVAS_IDENTITY = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]

@@ -1,17 +1,17 @@
 """Every docstring example of attnlib runs as a doctest (part of `make test`).
 
-Every module of the packages in ``PACKAGES`` (attnlib and attnlib.data) is searched,
+Every module of the packages in ``PACKAGES`` (attnlib, attnlib.data and the staff package
+kvstaff) is searched,
 recursively: the package itself, its top-level modules and every subpackage with its
-modules (attnlib.tasks, attnlib.plot, attnlib.explorers, attnlib.checks, attnlib.course and
-attnlib.course.grader, ...), found by ``pkgutil.walk_packages``. A module that cannot be
+modules (attnlib.tasks, attnlib.plot, attnlib.explorers, attnlib.checks, kvstaff and
+kvstaff.grader, ...), found by ``pkgutil.walk_packages``. A module that cannot be
 imported is a failure, never a silent skip: its examples would otherwise quietly stop being
 checked. Each docstring with examples (``doctest.DocTestFinder``) is one test, run with its
 module's globals and default print options, so an example that drifts from the code fails
 here. The examples are seeded and print rounded numbers, shapes or booleans only; they read
 shipped data through attnlib (no files, no network) and close any figure they draw.
 
-To check the examples of another package (say staff code moved out of attnlib into its own
-top-level package), add it to ``PACKAGES``.
+To check the examples of another package, add it to ``PACKAGES``.
 """
 
 from __future__ import annotations
@@ -26,12 +26,14 @@ import pytest
 import torch
 
 import attnlib
+import kvstaff
 from attnlib import data as attnlib_data
 
 # The package roots whose modules are searched (each walked recursively). attnlib.data is
 # listed on its own: it lives in data/ (pyproject's package-dir), outside attnlib's folder,
 # so walking a checkout's attnlib does not reach it (an installed wheel's does: no matter).
-PACKAGES = [attnlib, attnlib_data]
+# kvstaff: the staff package (staff/kvstaff, a distribution of its own).
+PACKAGES = [attnlib, attnlib_data, kvstaff]
 
 # Found today (docstrings with examples / ``>>>`` examples across PACKAGES); raise them when
 # examples are added, so that losing a module's examples (e.g. to discovery) fails here.
@@ -87,8 +89,8 @@ def test_every_module_is_searched():
         "attnlib.plot._base",
         "attnlib.explorers.scale",
         "attnlib.checks.grading",
-        "attnlib.course.lessons",
-        "attnlib.course.grader.cli",
+        "kvstaff.lessons",
+        "kvstaff.grader.cli",
         "attnlib.data",
     ):
         assert name in MODULES, f"{name} is not searched for examples"

@@ -23,8 +23,8 @@ import pytest
 
 from attnlib import checks
 from attnlib.checks import grading, protocol, trust
-from attnlib.course.grader import audit, autograde, execution, export, sandbox
-from attnlib.course.safe_outputs import markdown_is_active
+from kvstaff.grader import audit, autograde, execution, export, sandbox
+from kvstaff.safe_outputs import markdown_is_active
 
 # ---- 1. the exchange's out/ replaced by a link ------------------------------------------------
 

@@ -34,8 +34,8 @@ from nbfixtures import hidden_lines, reference_source, solution_lines
 from nbfixtures import write_lessons as write_fixture_lessons
 
 from attnlib.checks.grading import TAMPER_TAG
-from attnlib.course.grader import audit, execution, export
-from attnlib.course.grader.course import release, validate
+from kvstaff.grader import audit, execution, export
+from kvstaff.grader.course import release, validate
 
 pytestmark = [
     pytest.mark.grading,

@@ -20,8 +20,8 @@ import pytest
 from grading_course import LESSON_PATHS, EveryCourse, graded_course, leaks
 from nbfixtures import hidden_lines, solution_lines
 
-from attnlib.course.student import student_version
 from attnlib.explorers._render import STILL_CAPTION
+from kvstaff.student import student_version
 
 pytestmark = [
     pytest.mark.second_stage,

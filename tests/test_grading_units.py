@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from attnlib.checks import grading, protocol
-from attnlib.course.grader import autograde, execution, export, judging, sandbox
+from kvstaff.grader import autograde, execution, export, judging, sandbox
 
 ROOT = Path(__file__).resolve().parents[1]
 EVIL_ID = '=HYPERLINK("http://evil")\x1b]0;owned\x07\x1b[2J\x1b[1;31mALL GOOD\u202e'
@@ -276,7 +276,7 @@ def test_an_output_filled_after_the_call_earns_nothing():
 
 
 def test_kernel_threads_follow_the_graders_own_setting(monkeypatch):
-    from attnlib.course.grader import autograde as ag
+    from kvstaff.grader import autograde as ag
 
     monkeypatch.setattr(ag, "default_jobs", lambda: 4)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)

@@ -52,8 +52,8 @@ from chromium import find_chromium
 from conftest import ROOT, project_python
 from nbfixtures import LESSONS, reference_source, set_solution, write_lessons
 
-from attnlib.course import hub
-from attnlib.course.grader.canvas import canvas_rows
+from kvstaff import hub
+from kvstaff.grader.canvas import canvas_rows
 
 A = "01_fixture"
 PROXY = ROOT / "node_modules" / ".bin" / "configurable-http-proxy"

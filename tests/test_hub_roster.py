@@ -1,4 +1,4 @@
-"""The class hub's bad input (attnlib/course/hub.py): a roster with an unknown learner, a
+"""The class hub's bad input (staff/kvstaff/hub.py): a roster with an unknown learner, a
 duplicate, a bad name, a wrong role or no instructor; an exchange folder with the wrong
 permissions. Each gets a message naming the file, the line or the folder."""
 
@@ -9,8 +9,8 @@ import shutil
 
 import pytest
 
-from attnlib.course import hub
-from attnlib.course.hub import ExchangeError, RosterError, check_exchange, read_roster
+from kvstaff import hub
+from kvstaff.hub import ExchangeError, RosterError, check_exchange, read_roster
 
 HEADER = "username,role,name\n"
 

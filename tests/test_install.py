@@ -1,4 +1,6 @@
-"""attnlib installs as an ordinary package: a wheel, not an editable checkout.
+"""attnlib installs as an ordinary package: a wheel, not an editable checkout; and that wheel,
+what a learner installs, holds nothing of the staff side (the grader, an answer key, an
+instructor solution), which is kvstaff's, a distribution of its own (staff/pyproject.toml).
 
 The wheel is built from a copy of the project's sources (so the checkout gains no build/
 or egg-info), installed with ``pip install --target`` into a temporary folder, and used from
@@ -62,15 +64,63 @@ def installed(tmp_path_factory) -> Path:
     return target
 
 
-def test_wheel_carries_the_data_and_the_lecture_templates(installed):
+def test_wheel_carries_the_lesson_data(installed):
     files = {str(p.relative_to(installed)) for p in installed.rglob("*") if p.is_file()}
     for name in (
         "attnlib/data/agreement_corpus.tsv",
         "attnlib/data/syntax_model.pt",
         "attnlib/data/plays.txt",
-        "attnlib/course/lecture_templates/kv_reveal/index.html.j2",
     ):
         assert name in files, f"{name} is missing from the wheel"
+
+
+def test_the_learners_wheel_holds_no_grader_no_answer_key_and_no_solution(installed):
+    files = [p for p in installed.rglob("*") if p.is_file()]
+    names = [str(p.relative_to(installed)) for p in files]
+    assert not [n for n in names if n.startswith("kvstaff")], "the staff package is in the wheel"
+    assert not [n for n in names if "grader" in n or "answer_key" in n or "course" in n], names
+    assert not [n for n in names if n.endswith(".ipynb")], "a lesson (with solutions) is in it"
+    for p in files:
+        if p.suffix == ".py":
+            text = p.read_text(encoding="utf-8")
+            assert "### BEGIN SOLUTION" not in text, p
+            assert "import kvstaff" not in text and "from kvstaff" not in text, p
+
+
+@pytest.fixture(scope="module")
+def staff_installed(installed, tmp_path_factory) -> Path:
+    """The staff distribution's wheel, installed beside the learners' one."""
+    src = tmp_path_factory.mktemp("staff-src")
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+    shutil.copytree(ROOT / "staff", src / "staff", ignore=ignore)
+    wheels = tmp_path_factory.mktemp("staff-wheels")
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    build = pip + ["wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w", str(wheels)]
+    subprocess.run(build + [str(src / "staff")], check=True, capture_output=True, cwd=src)
+    (wheel,) = wheels.glob("kvstaff-*.whl")
+    subprocess.run(
+        pip + ["install", "--no-deps", "--target", str(installed), str(wheel)],
+        check=True,
+        capture_output=True,
+    )
+    return installed
+
+
+def test_the_staff_wheel_carries_the_grader_and_the_lecture_templates(staff_installed, tmp_path):
+    files = {str(p.relative_to(staff_installed)) for p in staff_installed.rglob("*")}
+    for name in (
+        "kvstaff/grader/answer_keys.py",
+        "kvstaff/lecture_templates/kv_reveal/index.html.j2",
+        "kvstaff/lecture_templates/kv_lab/conf.json",
+    ):
+        assert name in files, f"{name} is missing from the staff wheel"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "KEY_VECTORS_ROOT")}
+    env["PYTHONPATH"] = str(staff_installed)
+    code = "import kvstaff.lecture as l, kvstaff.grader.autograde; print(l.TEMPLATES.is_dir())"
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "True", proc.stderr[-3000:]
 
 
 def test_installed_package_imports_and_loads_lesson_data_outside_the_checkout(installed, tmp_path):

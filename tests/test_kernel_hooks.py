@@ -22,7 +22,7 @@ import pytest
 from sandbox_kernel import sandbox_kernel, wait
 
 from attnlib.checks import trust
-from attnlib.course.grader import execution, sandbox
+from kvstaff.grader import execution, sandbox
 
 SHELL = r"""
 import json

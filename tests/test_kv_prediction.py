@@ -1,6 +1,6 @@
 """Lesson 05's "predict, then check" (Exercise 5.2): graded by the grader only.
 
-* the answer key is the grader's (attnlib/course/grader/answer_keys.py): the module the
+* the answer key is the grader's (staff/kvstaff/grader/answer_keys.py): the module the
   learner's kernel loads holds no answers, not even digests of them; a kernel without the
   key can record answers but not judge them; the sandbox hides the grader wing;
 * the key agrees with what lesson 05 measures (section 7's stored output);
@@ -27,7 +27,7 @@ from attnlib import checks
 from attnlib.checks import ex_keys_values as KV
 from attnlib.checks import get_exercise
 from attnlib.checks.grading import fresh_core
-from attnlib.course.grader import answer_keys, sandbox
+from kvstaff.grader import answer_keys, sandbox
 
 # The grader's key, statement 1 first (the test process holds it, as the grader does).
 TRUTH = tuple(answer_keys.KV_PREDICTION[s] for s in range(1, 9))
@@ -100,14 +100,14 @@ def test_the_key_must_name_every_statement_with_a_bool():
 
 
 @pytest.mark.needs("bubblewrap")
-def test_the_sandbox_hides_the_grader_wing_and_its_keys():
+def test_the_sandbox_hides_the_staff_package_and_its_keys():
     box = sandbox.Sandbox(slot=5)
     try:
         (box.work / "probe.py").write_text(
             "import json, os, importlib.util\n"
-            f"wing = {str(ROOT / 'attnlib' / 'course' / 'grader')!r}\n"
+            f"wing = {str(ROOT / 'staff' / 'kvstaff')!r}\n"
             "try:\n"
-            "    import attnlib.course.grader.answer_keys\n"
+            "    import kvstaff.grader.answer_keys\n"
             "    imported = True\n"
             "except ImportError:\n"
             "    imported = False\n"

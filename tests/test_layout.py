@@ -1,7 +1,9 @@
-"""The layout of attnlib (docs/ARCHITECTURE.md §1): each room imports only from the rooms below it.
+"""The layout (docs/ARCHITECTURE.md §1): each room imports only from the rooms below it.
 
-    course      staff tooling: grading, student versions, lecture builds, bench
-    checks      exercise checks and diagnosis
+    staff       kvstaff (staff/kvstaff/, a distribution of its own, never a learner's):
+                grading, answer keys, student versions, lecture builds, hub, reports
+    ----------- the trust boundary: nothing under it imports anything above it
+    checks      exercise checks and diagnosis; the kernel side of grading
     explorers   ipywidgets explorers
     plot        figures
     tasks       lesson tasks, generated data, small models
@@ -21,7 +23,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "attnlib"
-RANK = {"library": 0, "data": 0, "tasks": 1, "plot": 2, "explorers": 3, "checks": 4, "course": 5}
+STAFF = ROOT / "staff" / "kvstaff"  # the staff package: its own pyproject in staff/
+RANK = {"library": 0, "data": 0, "tasks": 1, "plot": 2, "explorers": 3, "checks": 4, "staff": 5}
 # Only staff tooling (and tests/tools) may import the notebook machinery.
 STAFF_ONLY = {"nbgrader", "nbconvert", "nbformat", "nbclient"}
 # Private modules of their package: importable inside attnlib, but only their public names.
@@ -34,11 +37,14 @@ PRIVATE_MODULES = {
 
 
 def module_name(path: Path) -> str:
-    parts = path.relative_to(ROOT).with_suffix("").parts
+    base = STAFF.parent if STAFF in path.parents else ROOT
+    parts = path.relative_to(base).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def room(module: str) -> str:
+    if module == "kvstaff" or module.startswith("kvstaff."):
+        return "staff"
     parts = module.split(".")
     if len(parts) > 1 and parts[1] in RANK and (PKG / parts[1]).is_dir():
         return parts[1]
@@ -46,6 +52,11 @@ def room(module: str) -> str:
 
 
 def sources() -> list[Path]:
+    """Every module of the learners' package and of the staff package."""
+    return sorted(PKG.rglob("*.py")) + sorted(STAFF.rglob("*.py"))
+
+
+def learner_sources() -> list[Path]:
     return sorted(PKG.rglob("*.py"))
 
 
@@ -77,7 +88,7 @@ def test_rooms_import_only_downwards():
     for path in sources():
         here = room(module_name(path))
         for line, mod, names in imports(path):
-            if not mod.startswith("attnlib"):
+            if not mod.startswith(("attnlib", "kvstaff")):
                 continue
             targets = [mod]
             if names:  # `from attnlib import plot` imports the module attnlib.plot
@@ -126,11 +137,9 @@ def test_no_import_cycles_between_modules():
             visit(m)
 
 
-def test_notebook_machinery_only_in_course_tooling():
+def test_notebook_machinery_only_in_the_staff_package():
     bad = []
-    for path in sources():
-        if room(module_name(path)) == "course":
-            continue
+    for path in learner_sources():
         for line, mod, _ in imports(path):
             if mod.split(".")[0] in STAFF_ONLY:
                 bad.append(f"{path.relative_to(ROOT)}:{line} imports {mod}")
@@ -173,11 +182,13 @@ def test_no_private_name_crosses_a_module_boundary():
 
 
 def test_every_room_exists_and_says_what_it_is_for():
-    for name in ("tasks", "explorers", "plot", "checks", "course"):
-        init = PKG / name / "__init__.py"
-        assert init.is_file(), f"attnlib/{name}/ is missing"
+    for init in [PKG / n / "__init__.py" for n in ("tasks", "explorers", "plot", "checks")] + [
+        STAFF / "__init__.py",
+        STAFF / "grader" / "__init__.py",
+    ]:
+        assert init.is_file(), f"{init.parent.relative_to(ROOT)}/ is missing"
         doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8")))
-        assert doc and len(doc) > 40, f"attnlib/{name}/__init__.py has no docstring"
+        assert doc and len(doc) > 40, f"{init.relative_to(ROOT)} has no docstring"
 
 
 def test_lessons_use_public_names_and_no_staff_tooling():
@@ -186,7 +197,7 @@ def test_lessons_use_public_names_and_no_staff_tooling():
     private = re.compile(
         r"\battnlib(?:\.\w+)*\._(?!_)\w*|from attnlib[\w.]* import [^\n]*\b_(?!_)\w+"
     )
-    staff = re.compile(r"\battnlib\.course\b")
+    staff = re.compile(r"\bkvstaff\b|\battnlib\.course\b")
     bad = []
     for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
         nb = nbformat.read(path, as_version=4)
@@ -199,9 +210,9 @@ def test_lessons_use_public_names_and_no_staff_tooling():
     assert not bad, "lessons must import public library names only:\n" + "\n".join(bad)
 
 
-# ---- the grader wing (attnlib/course/grader) and the kernel side (attnlib/checks) ------------
+# ---- the grader wing (staff/kvstaff/grader) and the kernel side (attnlib/checks) ------------
 
-WING = PKG / "course" / "grader"
+WING = STAFF / "grader"
 KERNEL_SIDE = PKG / "checks"
 # The one import made from a string on purpose: a fresh copy of the checks, loaded from
 # their files while the session's modules are set aside (a static import would give the
@@ -221,22 +232,45 @@ def test_the_kernel_side_never_imports_the_grader_side():
     for path in sorted(KERNEL_SIDE.rglob("*.py")):
         for line, mod, names in imports(path):
             targets = [mod] + [f"{mod}.{n}" for n in names or ()]
-            if any(t == "attnlib.course" or t.startswith("attnlib.course.") for t in targets):
+            if any(t == "kvstaff" or t.startswith("kvstaff.") for t in targets):
                 bad.append(f"{path.relative_to(ROOT)}:{line} imports {mod}")
     assert not bad, "the kernel side reaches for the grader side:\n" + "\n".join(bad)
 
 
-def test_nothing_below_course_imports_course():
+def test_the_learners_package_never_imports_the_staff_package():
+    """No module of attnlib names kvstaff in an import, nor in a string it could import;
+    the staff package depends on attnlib, never the other way (docs/ARCHITECTURE.md §1)."""
     bad = []
-    for path in sources():
-        if room(module_name(path)) == "course":
-            continue
-        for line, mod, names in imports(path):
-            if mod == "attnlib.course" or mod.startswith("attnlib.course."):
+    for path in learner_sources():
+        for line, mod, _ in imports(path):
+            if mod == "kvstaff" or mod.startswith("kvstaff."):
                 bad.append(f"{path.relative_to(ROOT)}:{line} imports {mod}")
-            elif mod == "attnlib" and "course" in (names or ()):
-                bad.append(f"{path.relative_to(ROOT)}:{line} imports attnlib.course")
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                if re.fullmatch(r"kvstaff(\.\w+)*", node.value):
+                    bad.append(f"{path.relative_to(ROOT)}:{node.lineno} spells {node.value!r}")
     assert not bad, "\n".join(bad)
+    assert not (PKG / "course").exists(), "attnlib/course/ is back: staff code is kvstaff's"
+
+
+def test_importing_every_module_of_attnlib_loads_nothing_of_the_staff_side():
+    import subprocess
+    import sys
+
+    code = (
+        "import importlib, pkgutil, sys\n"
+        "import attnlib\n"
+        "for m in pkgutil.walk_packages(attnlib.__path__, 'attnlib.'):\n"
+        "    importlib.import_module(m.name)\n"
+        "staff = {'kvstaff', 'nbgrader', 'nbconvert', 'nbclient', 'jupyterhub'}\n"
+        "print(sorted(n for n in sys.modules if n.split('.')[0] in staff))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT / "data"
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout
 
 
 def _string_imports(path: Path) -> list[tuple[int, str]]:

@@ -1,4 +1,4 @@
-"""``make report``'s per-learner misconception summaries (attnlib.course.report --learners).
+"""``make report``'s per-learner misconception summaries (kvstaff.report --learners).
 
 A tiny class of the grading tests' first fixture lesson (softmax, attend): learner A masks
 after the softmax (a named misconception), learner B passed, and learner C's check cell
@@ -18,7 +18,7 @@ from nbfixtures import LESSONS, lesson
 from test_report import _expected, _outputs, _softmax, attend_after
 
 from attnlib import checks
-from attnlib.course import report
+from kvstaff import report
 
 STEM = "01_fixture"
 NAMES = LESSONS[STEM]  # softmax, attend
@@ -73,7 +73,7 @@ def pages(tiny_class, python):
     keep.parent.mkdir(parents=True)
     keep.write_text("mine")
     proc = subprocess.run(
-        [python, "-m", "attnlib.course.report", "--course", str(tiny_class), "--learners"],
+        [python, "-m", "kvstaff.report", "--course", str(tiny_class), "--learners"],
         capture_output=True,
         text=True,
         timeout=300,

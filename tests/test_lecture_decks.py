@@ -1,7 +1,7 @@
 """Every lesson's lecture deck keeps the rules of a 10–15 minute talk, read from the lesson.
 
 The lecture deck is the cells a lesson's author marked with ``metadata["lecture"]``
-(attnlib.course.lecture's docstring). Without building or executing anything, for every
+(kvstaff.lecture's docstring). Without building or executing anything, for every
 lesson: 12–18 slides; speaker notes on every slide, each marked for lecturers, with its
 minutes (10–15 in all), a question for the room and its expected answer; no assert line, no
 check cell, no solution and no output of an exercise's stub on a slide; at most 12 lines of
@@ -21,7 +21,7 @@ import nbformat
 import pytest
 from conftest import NOTEBOOKS
 
-from attnlib.course.lecture import (
+from kvstaff.lecture import (
     LECTURE_KEY,
     LECTURE_MINUTES,
     LECTURE_SLIDES,

@@ -1,6 +1,6 @@
 """Lessons are as long as they say: a bounded core, and a stated time that matches it.
 
-The rule (attnlib.course.lessons.lesson_length): the core's markdown words at
+The rule (kvstaff.lessons.lesson_length): the core's markdown words at
 WORDS_PER_MINUTE, plus each exercise's own estimate, plus MINUTES_PER_CODE_CELL for every
 code cell. The optional part at a lesson's end ("## Optional ..." up to the further reading)
 is counted apart and is not part of the stated time.
@@ -13,7 +13,7 @@ import json
 import pytest
 from conftest import NOTEBOOKS
 
-from attnlib.course.lessons import (
+from kvstaff.lessons import (
     MAX_CORE_WORDS,
     lesson_length,
     lesson_paths,

@@ -30,7 +30,7 @@ from attnlib.checks import ex_decoding as exd
 from attnlib.checks import ex_positions as exr
 from attnlib.checks import ex_syntax as exs
 from attnlib.checks import get_exercise, grading, protocol
-from attnlib.course.grader import judging
+from kvstaff.grader import judging
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -19,11 +19,11 @@ import pieces
 import pytest
 from conftest import ROOT
 
-from attnlib.course.grader import sandbox
+from kvstaff.grader import sandbox
 
 FAULT = "--kv-planted-fault"
 PLUGIN = f"""
-from attnlib.course.grader import sandbox
+from kvstaff.grader import sandbox
 
 _command = sandbox.command
 
@@ -71,7 +71,7 @@ def test_a_planted_sandbox_fault_fails_ci_instead_of_skipping(tmp_path):
     chosen = [
         "tests/test_pieces.py::test_the_sandbox_starts_wherever_bubblewrap_runs",
         "tests/test_sandbox.py::test_a_kernel_runs_in_the_sandbox_over_ipc_and_can_be_interrupted",
-        "tests/test_kv_prediction.py::test_the_sandbox_hides_the_grader_wing_and_its_keys",
+        "tests/test_kv_prediction.py::test_the_sandbox_hides_the_staff_package_and_its_keys",
     ]
     # The fault is real: the grader's own check now says "no sandbox here", the very answer
     # the sandbox tests used to skip on; bubblewrap's own probe is not fooled by it.

@@ -7,7 +7,7 @@ check knows, one tuned to the visible cases (caught by the hidden tests), one wh
 the course's reference, and one whose lesson was submitted but could not be graded. Each
 graded notebook is laid out as nbgrader's ``autograded/`` tree and its check cells carry
 exactly what the checks print and raise (run here, in-process, on each learner's
-function). ``python -m attnlib.course.report`` must count what the checks found.
+function). ``python -m kvstaff.report`` must count what the checks found.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from nbfixtures import LESSONS, lesson
 
 import attnlib
 from attnlib import checks
-from attnlib.course import report
-from attnlib.course.grader.execution import STDERR_PREFIX
+from kvstaff import report
+from kvstaff.grader.execution import STDERR_PREFIX
 
 A, B = LESSONS  # "01_fixture" (softmax, attend), "02_fixture_masks" (causal_mask, padding_mask)
 
@@ -197,7 +197,7 @@ def graded_class(tmp_path_factory) -> Path:
 def built(graded_class, python):
     out = graded_class / "build" / "report"
     proc = subprocess.run(
-        [python, "-m", "attnlib.course.report", "--course", str(graded_class)],
+        [python, "-m", "kvstaff.report", "--course", str(graded_class)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -355,6 +355,6 @@ def test_no_class_is_reported_clearly(tmp_path, capsys):
 def test_make_has_a_report_target(root):
     text = (root / "Makefile").read_text()
     assert re.search(
-        r"^report: setup\n\t\$\(BIN\)/python -m attnlib\.course\.report --learners$", text, re.M
+        r"^report: setup\n\t\$\(BIN\)/python -m kvstaff\.report --learners$", text, re.M
     )
     assert "## Class misconception report" in (root / "README.md").read_text()

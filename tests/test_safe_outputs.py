@@ -14,7 +14,7 @@ import nbformat
 import pytest
 from nbconvert.filters.markdown_mistune import markdown2html_mistune
 
-from attnlib.course.safe_outputs import SafeOutputs, markdown_is_active, url_ok
+from kvstaff.safe_outputs import SafeOutputs, markdown_is_active, url_ok
 
 PNG = (
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kg"

@@ -1,6 +1,6 @@
 """The sandbox every graded kernel runs in, and the verdict made outside it.
 
-* :mod:`attnlib.course.grader.sandbox`: what a process inside sees and may do (run for real with
+* :mod:`kvstaff.grader.sandbox`: what a process inside sees and may do (run for real with
   bubblewrap; skipped with the reason only where bwrap cannot run — CI installs it);
 * :mod:`attnlib.checks.grading`: the exchange of hidden-test inputs and outputs as plain
   data, judged by the grader (no kernel needed).
@@ -21,8 +21,8 @@ import pytest
 from sandbox_kernel import sandbox_kernel, wait
 
 from attnlib.checks import grading, protocol
-from attnlib.course.grader import audit, autograde, execution, export, judging, sandbox
-from attnlib.course.grader.course import release, wall_clock
+from kvstaff.grader import audit, autograde, execution, export, judging, sandbox
+from kvstaff.grader.course import release, wall_clock
 
 ROOT = Path(__file__).resolve().parents[1]
 # Run wherever bubblewrap itself can (its own probe, tests/pieces.py), never "wherever the
@@ -196,7 +196,7 @@ def test_a_venv_reached_through_a_link_works_in_the_sandbox(tmp_path):
     link.symlink_to(Path(sys.prefix).resolve())
     python = link / "bin" / Path(sys.executable).name
     done = subprocess.run(
-        [str(python), "-m", "attnlib.course.sandbox"], capture_output=True, text=True, timeout=120
+        [str(python), "-m", "kvstaff.sandbox"], capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "sandbox: ok" in done.stdout
@@ -553,7 +553,7 @@ def test_a_submission_missing_from_the_report_is_not_graded():
 def test_outputs_a_browser_would_run_are_dropped():
     import nbformat
 
-    from attnlib.course.safe_outputs import SafeOutputs
+    from kvstaff.safe_outputs import SafeOutputs
 
     cell = nbformat.v4.new_code_cell("Note()")
     cell.outputs = [

@@ -1,4 +1,4 @@
-"""`make slides` / `make html` (attnlib.course.lecture): offline reveal.js decks and handouts.
+"""`make slides` / `make html` (kvstaff.lecture): offline reveal.js decks and handouts.
 
 The builds run on copies of two real lessons in a temporary folder (all lessons take a
 minute; `make slides`/`make html` build them all), and on a small made-up lesson that uses
@@ -25,7 +25,7 @@ import pytest
 from conftest import NOTEBOOKS, ROOT
 from pieces import need
 
-from attnlib.course.lecture import (
+from kvstaff.lecture import (
     LECTURER_MARK,
     SLIDE_SIZE,
     alt_text_problems,

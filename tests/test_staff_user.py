@@ -12,7 +12,7 @@ course. The account is removed afterwards.
 The interpreter, or the checkout itself, may live under a folder other users cannot enter
 (a pyenv Python under ``/root``, a checkout under a private folder): the run gets a private
 mount namespace in which just those two are made reachable, so nothing on the host changes
-(``attnlib.course.hub.private_view``, which the class hub uses for the same reason).
+(``kvstaff.hub.private_view``, which the class hub uses for the same reason).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, project_python
 
-from attnlib.course.hub import private_view
+from kvstaff.hub import private_view
 
 USER = "kvstaff-test"
 

@@ -15,7 +15,7 @@ import nbformat
 import pytest
 from nbfixtures import hidden_lines, set_solution, solution_lines, write_lessons
 
-from attnlib.course import student
+from kvstaff import student
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -128,7 +128,7 @@ def test_no_lessons_is_an_error(tmp_path):
 def test_make_student_on_every_lesson(tmp_path, root, python):
     wb = tmp_path / "workbook"
     run = subprocess.run(
-        [python, "-m", "attnlib.course.student", str(root / "notebooks"), str(wb)],
+        [python, "-m", "kvstaff.student", str(root / "notebooks"), str(wb)],
         capture_output=True,
         text=True,
         check=True,
@@ -149,7 +149,7 @@ def _fresh(src_dir, wb, python):
 
 def test_the_quick_check_agrees_with_the_tool_and_imports_nothing_heavy(tmp_path, python):
     # `make lab` asks tools/workbook_fresh.py first: it must say "up to date" exactly when
-    # attnlib.course.student would write nothing, without importing torch or nbgrader
+    # kvstaff.student would write nothing, without importing torch or nbgrader
     src_dir, wb = tmp_path / "notebooks", tmp_path / "workbook"
     first, second = write_lessons(src_dir)
     assert _fresh(src_dir, wb, python).returncode == 1  # no copies yet

@@ -29,7 +29,7 @@ fetch_sdist() {
   fi
 }
 
-KEY=$(cat requirements.txt pyproject.toml | "$PY_BIN" -c 'import hashlib,sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest()[:16])')
+KEY=$(cat requirements.txt pyproject.toml staff/pyproject.toml | "$PY_BIN" -c 'import hashlib,sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest()[:16])')
 STAMP="$VENV/.installed-$KEY"
 if [ -f "$STAMP" ] && [ -x "$VENV/bin/python" ]; then
   # the course's Jupyter settings (jupyter/) may have changed: re-copying them is instant
@@ -48,7 +48,9 @@ echo "setup: creating $VENV and installing requirements.txt (first run takes a f
 [ -x "$VENV/bin/python" ] || "$PY_BIN" -m venv "$VENV"
 "$VENV/bin/python" -m pip install --quiet --upgrade pip
 "$VENV/bin/python" -m pip install --quiet -r requirements.txt
-"$VENV/bin/python" -m pip install --quiet --no-deps --no-build-isolation -e .
+# attnlib (the learners' package) and kvstaff (the staff side, staff/: grader, answer keys,
+# student versions, hub), both editable; a learner's own install is `pip install .` alone.
+"$VENV/bin/python" -m pip install --quiet --no-deps --no-build-isolation -e . -e staff
 "$VENV/bin/python" -m pip check
 # The course kernel lives inside the venv, so JupyterLab, nbval and nbgrader from the venv
 # all find it, and nothing outside the project is touched.

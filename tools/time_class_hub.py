@@ -37,7 +37,7 @@ def main() -> int:
     from nbfixtures import LESSONS, write_lessons
     from test_hub import A, ClassHub, through_the_hub
 
-    from attnlib.course import hub
+    from kvstaff import hub
 
     learners = {f"l{i:02d}": f"kvs-l{i:02d}" for i in range(args.learners)}
     base = Path(tempfile.mkdtemp(prefix="kv-hub-time-"))

@@ -39,8 +39,8 @@ def _load() -> str:
 def grade_class(lesson: str, learners: int, jobs: int, unsafe: bool, timeout: int) -> dict:
     import nbformat
 
-    from attnlib.course.grader.autograde import autograde
-    from attnlib.course.grader.course import release
+    from kvstaff.grader.autograde import autograde
+    from kvstaff.grader.course import release
 
     with tempfile.TemporaryDirectory(prefix="kv-timing-") as tmp:
         notebooks, course = Path(tmp) / "notebooks", Path(tmp) / "course"

@@ -1,14 +1,14 @@
 """Are the learner's copies in workbook/ up to date? Standard library only, in ~0.1 s.
 
     python tools/workbook_fresh.py notebooks workbook    # exit 0: nothing to do; 1: run
-                                                         # python -m attnlib.course.student
+                                                         # python -m kvstaff.student
 
 `make lab` asks this first, so that a warm start does not import torch, nbformat and
 nbgrader (~10 s) only to find that all the copies are current. A lesson is up to date when
 workbook/.generated.json records, for it, the SHA-256 of the lesson file it was made from
 (unchanged since) and the hash of the cells it was written with, and the copy's cells
 (types and sources; outputs are not hashed) still hash the same — the rule
-``attnlib.course.student`` applies, computed here on the notebook's JSON.
+``kvstaff.student`` applies, computed here on the notebook's JSON.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ LESSON_RE = re.compile(r"^\d\d_[A-Za-z0-9_]+\.ipynb$")
 
 
 def json_cell_hash(path: Path) -> str:
-    """``attnlib.course.student.cell_hash`` of a notebook file, read as plain JSON."""
+    """``kvstaff.student.cell_hash`` of a notebook file, read as plain JSON."""
     h = hashlib.sha256()
     for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
         src = cell.get("source", "")

@@ -25,7 +25,7 @@ co-occur (built from ``Misconception.settings`` with ``Exercise.build``), must b
 diagnosed as exactly its ids. Exercises without ``infer`` (or when it measures nothing)
 keep the variant matching described above.
 
-Result lines (read back by ``attnlib.course.report`` from graded notebooks; keep stable)
+Result lines (read back by ``kvstaff.report`` from graded notebooks; keep stable)
 ---------------------------------------------------------------------------------------
 ``check`` prints ``✔ <exercise>: correct on all <n> cases`` when right. When wrong, its
 ``AssertionError`` message starts with ``✘ <exercise>: `` and, unless the stub was left

@@ -7,7 +7,7 @@
   Four graded parts (:data:`PARTS`, two statements each, one point each) are judged by the
   grader only (hidden cases, :func:`answers`); the lesson's own cells check the format and
   judge nothing (:func:`recorded`), so answers cannot be found by trial and error. The
-  answer key is not here: it is the grader's (``attnlib/course/grader/answer_keys.py``,
+  answer key is not here: it is the grader's (``staff/kvstaff/grader/answer_keys.py``,
   which the sandbox hides from every graded kernel) and reaches this registry only in the
   grader's own process (:func:`install_answer_key`); the lesson measures every statement.
 
@@ -232,7 +232,7 @@ PARTS = {
 }
 
 # The answer key is not in this module, which every learner's kernel loads: the grader
-# holds it (attnlib/course/grader/answer_keys.py, hidden from graded kernels by the
+# holds it (staff/kvstaff/grader/answer_keys.py, hidden from graded kernels by the
 # sandbox) and installs it into its own process's registry before judging. A kernel
 # without the key can record answers but not judge them. (What stops trial and error in
 # the lesson is that nothing there judges the answers: the visible cases check only the
@@ -243,7 +243,7 @@ _ANSWER_KEY: dict[int, bool] = {}
 def install_answer_key(key) -> None:
     """Give this process the answer key: ``{statement: bool}`` for statements 1-8.
 
-    The grader calls it (:mod:`attnlib.course.grader.answer_keys`); a learner's kernel
+    The grader calls it (:mod:`kvstaff.grader.answer_keys`); a learner's kernel
     never has the key, so it can record answers (:func:`answers`) but not judge them.
     """
     if sorted(key) != list(range(1, len(STATEMENTS) + 1)):

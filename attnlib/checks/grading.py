@@ -8,11 +8,11 @@ the kernel for a verdict:
 * **Grading** (``make autograde``). The grader (outside the kernel, and outside the
   sandbox the kernel runs in) writes the inputs of an exercise's cases to the exchange
   folder only while it runs that test cell's hidden region
-  (:func:`attnlib.course.grader.judging.write_inputs`); :func:`check_hidden
+  (:func:`kvstaff.grader.judging.write_inputs`); :func:`check_hidden
   <attnlib.checks.check_hidden>` in the kernel just calls the learner's function on them
   and writes the outputs out (:func:`record`); the grader reads them back as plain data
   (``.npy`` without pickle, JSON) and compares them with its own reference
-  (:func:`attnlib.course.grader.judging.judge`). A kernel that replaced ``check_hidden``,
+  (:func:`kvstaff.grader.judging.judge`). A kernel that replaced ``check_hidden``,
   skipped it or crashed writes no outputs: the exercise scores 0 and is flagged. The
   random numbers of the hidden cases are drawn with a seed the grader picks per run
   (:func:`attnlib.checks._core.hidden_seed`), so the cases that ship with the course are
@@ -21,7 +21,7 @@ the kernel for a verdict:
   switched off, threads and processes started during the call) can only take credit
   away, never give it — and a kernel that replaces this module's code can forge it:
   :func:`record` uses only what it bound at import, but the source audit
-  (:mod:`attnlib.course.grader.audit`) is what catches a learner who goes further.
+  (:mod:`kvstaff.grader.audit`) is what catches a learner who goes further.
 * **Anywhere else** (``nbgrader validate``, a learner running the hidden cell, tests):
   :func:`verify` does the same in-process, with a fresh copy of the checks loaded from
   their files (:func:`fresh_core`), after refusing to run when numpy, torch, builtins or

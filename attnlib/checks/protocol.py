@@ -3,7 +3,7 @@
 Both sides import this module (and nothing of the other side): the kernel side
 (:mod:`attnlib.checks.grading`, in the learner's kernel) runs a learner's function on the
 grader's inputs and writes plain data to the exchange folder; the grader side
-(:mod:`attnlib.course.grader.judging`, outside the sandbox) writes the inputs, reads the
+(:mod:`kvstaff.grader.judging`, outside the sandbox) writes the inputs, reads the
 outputs back and decides. What they agree on lives here:
 
 * the exchange folder's environment variable and layout, the manifest's name and the

@@ -2,7 +2,7 @@
 
 Each module is one lesson's task, built on the attention library above it (:mod:`attnlib`)
 and importing nothing from :mod:`attnlib.plot`, :mod:`attnlib.explorers`,
-:mod:`attnlib.checks` or :mod:`attnlib.course`:
+:mod:`attnlib.checks` or :mod:`kvstaff`:
 
 * :mod:`attnlib.tasks.scaling` — lesson 04: score statistics against d_k, the softmax's
   saturation and gradients, a retrieval task trained at three scalings;

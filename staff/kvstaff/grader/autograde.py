@@ -24,8 +24,8 @@ import nbformat
 
 from attnlib._backend import type_name
 from attnlib.checks.protocol import LIBRARY_EQUIVALENT, REFERENCE_TAG, TAMPER_TAG
-from attnlib.course.grader.audit import audit_notebook, log_findings
-from attnlib.course.grader.course import (
+from kvstaff.grader.audit import audit_notebook, log_findings
+from kvstaff.grader.course import (
     SOURCE_DIR,
     build_source,
     db_url,
@@ -34,13 +34,13 @@ from attnlib.course.grader.course import (
     run_app,
     wall_clock,
 )
-from attnlib.course.grader.execution import (
+from kvstaff.grader.execution import (
     DIED_ENAME,
     OUTPUT_CAPPED,
     RESTART_ENAME,
     TIMEOUT_ENAME,
 )
-from attnlib.course.grader.export import (
+from kvstaff.grader.export import (
     SANDBOXED,
     UNSAFE,
     Outcome,
@@ -48,8 +48,8 @@ from attnlib.course.grader.export import (
     printable,
     write_report,
 )
-from attnlib.course.grader.sandbox import inspect_submission
-from attnlib.course.grader.sandbox import unavailable as sandbox_unavailable
+from kvstaff.grader.sandbox import inspect_submission
+from kvstaff.grader.sandbox import unavailable as sandbox_unavailable
 
 
 def _scan_autograded(path: Path, outcome: Outcome) -> None:
@@ -327,17 +327,17 @@ def _sandbox_fix(why: str) -> str:
         return (
             "The sandbox binds the venv and attnlib at their real paths: install attnlib "
             "(pip install -e .) from this checkout into this venv, or grade with that "
-            "checkout's venv; `python -m attnlib.course.sandbox` shows what it binds"
+            "checkout's venv; `python -m kvstaff.sandbox` shows what it binds"
         )
     if any(k in why.lower() for k in ("namespace", "uid map", "operation not permitted")):
         return (
             "bubblewrap is installed but this system refuses its user namespaces (in a "
-            "container: user namespaces, seccomp); `python -m attnlib.course.sandbox` "
+            "container: user namespaces, seccomp); `python -m kvstaff.sandbox` "
             "shows what it tried"
         )
     return (
         "bubblewrap is installed but could not start a sandbox here; "
-        "`python -m attnlib.course.sandbox` shows what it tried"
+        "`python -m kvstaff.sandbox` shows what it tried"
     )
 
 

@@ -5,9 +5,9 @@ cell metadata, and looks at every code cell that is not, character for character
 the instructor's non-solution cells. It follows aliases (``c = attnlib.checks``,
 ``import numpy as xp``, ``for m in (np, torch)``, a module passed to a function,
 ``print.__self__``) in one linear pass, and reports what touches the testing machinery or
-the grading machine (the tables are in :mod:`attnlib.course.grader.audit_rules`). It runs
+the grading machine (the tables are in :mod:`kvstaff.grader.audit_rules`). It runs
 in the grader, in the worker that graded the submission and under a wall clock
-(:func:`attnlib.course.grader.autograde.timed_audit`); nothing in it depends on the kernel.
+(:func:`kvstaff.grader.autograde.timed_audit`); nothing in it depends on the kernel.
 :func:`log_findings` reads nbgrader's own log of the submission for what it put back.
 """
 
@@ -21,8 +21,8 @@ import nbformat
 
 from attnlib.checks import exercises as registered_exercises
 from attnlib.checks import get_exercise
-from attnlib.course.grader import audit_rules as R
-from attnlib.course.grader.export import printable
+from kvstaff.grader import audit_rules as R
+from kvstaff.grader.export import printable
 
 
 def _root_name(node) -> str | None:

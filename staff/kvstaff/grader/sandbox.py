@@ -1,7 +1,7 @@
 """One sandbox per graded submission: bubblewrap around the kernel nbgrader starts.
 
 nbgrader stays the engine; only the kernel process is put in a box. The grading driver
-(:mod:`attnlib.course.grader.autograde`) gives each submission a fresh host folder::
+(:mod:`kvstaff.grader.autograde`) gives each submission a fresh host folder::
 
     /tmp/kv-sbx-XXXX/         the sandbox root (short: it holds unix sockets)
         work/                 the kernel's working folder: a copy of the submission's notebook
@@ -14,7 +14,7 @@ and :func:`command` wraps the kernel's argv (``python -m ipykernel_launcher -f .
           --unshare-cgroup-try --clearenv
           --ro-bind /usr /usr  (+ /lib, /lib64, /bin as in the host)  --proc /proc --dev /dev
           --ro-bind <python installation> --ro-bind <venv> --ro-bind <attnlib> --ro-bind <data>
-          --tmpfs <attnlib>/course/grader --remount-ro (the grader wing: an empty folder)
+          --tmpfs <kvstaff> --remount-ro (the staff package, were it bound: an empty folder)
           --size 512MiB --tmpfs /tmp     --ro-bind <root> <root>  --chdir <root>/work
           --bind <root>/work, <root>/run, <root>/exchange/out (each onto itself)
           -- python -I -S -c LAUNCHER --uid 64000+slot --as 6GiB --cpu 900 ... -- <kernel argv>
@@ -142,7 +142,7 @@ def _package_dirs(resolve: bool = True) -> list[Path]:
 def readonly_paths() -> list[Path]:
     """What a kernel may read besides the system: Python, the venv, attnlib and its data."""
     # Not sys.path: it holds the current folder (the course folder, gradebook.db and all)
-    # when the driver runs as `python -m attnlib.course.gradebook`.
+    # when the driver runs as `python -m kvstaff.gradebook`.
     paths = [Path(sys.base_prefix), Path(sys.base_exec_prefix), Path(sys.prefix)]
     scheme = sysconfig.get_paths()
     paths += [
@@ -496,10 +496,11 @@ def command(
     ]
     for p in ro:
         cmd += ["--ro-bind", str(p), str(p)]
-    # The grader wing, answer keys included, is not the kernel's to read: an empty,
-    # read-only folder in its place (attnlib.course.grader.answer_keys).
-    wing = str(Path(__file__).resolve().parent)
-    cmd += ["--perms", "0555", "--tmpfs", wing, "--remount-ro", wing]
+    # The staff package is not the kernel's to read, answer keys included: it lives outside
+    # attnlib (nothing above binds it), and should it sit inside a bound folder (installed
+    # into the venv's site-packages), an empty, read-only folder takes its place.
+    staff = str(Path(__file__).resolve().parents[1])
+    cmd += ["--perms", "0555", "--tmpfs", staff, "--remount-ro", staff]
     # The kernel may write in work/, run/ and exchange/out/ only, and none of the three can
     # be renamed or replaced from inside (each is a mount point in a read-only parent): the
     # grader, which reads and clears them as the staff user when grading is not run as
@@ -628,7 +629,7 @@ class SandboxKernelManager(AsyncKernelManager):
 
 
 def main() -> int:
-    """``python -m attnlib.course.sandbox``: can graded kernels be sandboxed here?"""
+    """``python -m kvstaff.sandbox``: can graded kernels be sandboxed here?"""
     why = unavailable()
     if why:
         print(f"sandbox: NOT available: {why}")

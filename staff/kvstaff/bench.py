@@ -1,4 +1,4 @@
-"""``make bench`` / ``python -m attnlib.course.bench``: the course's performance table.
+"""``make bench`` / ``python -m kvstaff.bench``: the course's performance table.
 
 Measured in one run, on this machine, printed as plain-text tables:
 
@@ -39,9 +39,9 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from attnlib.course.lessons import course_root
 from attnlib.timing import median_times
 from attnlib.training import torch_threads
+from kvstaff.lessons import course_root
 
 __all__ = ["machine_info", "main"]
 
@@ -408,7 +408,7 @@ def bench_course(root: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m attnlib.course.bench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m kvstaff.bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="tiny sizes (for tests)")
     parser.add_argument("--course", action="store_true", help="also time every lesson")
     args = parser.parse_args(argv)

@@ -1,6 +1,6 @@
 """Lecture decks chosen in the lesson: what ``metadata["lecture"]`` means, and the rules.
 
-:mod:`attnlib.course.lecture` builds the pages; this module reads a lesson's choice of
+:mod:`kvstaff.lecture` builds the pages; this module reads a lesson's choice of
 lecture slides and measures it, without nbconvert or a browser.
 
 The lecture deck (``metadata["lecture"]``)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import nbformat
 
-from attnlib.course.lessons import course_root, lesson_paths
+from kvstaff.lessons import course_root, lesson_paths
 
 SOURCE_DIR = Path("build") / "source"
 

@@ -39,8 +39,8 @@ from attnlib.checks.protocol import (
     judge_observation,
     refused_calls,
 )
-from attnlib.course.grader import answer_keys
-from attnlib.course.grader.sandbox import remove_tree
+from kvstaff.grader import answer_keys
+from kvstaff.grader.sandbox import remove_tree
 
 _ndarray = np.ndarray
 # The keys of the exercises whose answer is a choice live only here, in the grader's process.

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from nbgrader.plugins import ExportPlugin
 
-from attnlib.course.grader.course import db_url, find_submissions, load_config, run_app, wall_clock
+from kvstaff.grader.course import db_url, find_submissions, load_config, run_app, wall_clock
 
 REPORT_NAME = "grading_report.json"
 SANDBOXED = "bubblewrap"

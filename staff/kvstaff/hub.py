@@ -1,14 +1,14 @@
 """The class hub: a roster, system accounts made from it, nbgrader's exchange, and the hub.
 
-    python -m attnlib.course.hub check      # read the roster, check the exchange; change nothing
-    python -m attnlib.course.hub accounts   # create the roster's system accounts (root)
-    python -m attnlib.course.hub remove     # remove the accounts this tool made (root)
-    python -m attnlib.course.hub start      # accounts + exchange + state, then JupyterHub
+    python -m kvstaff.hub check      # read the roster, check the exchange; change nothing
+    python -m kvstaff.hub accounts   # create the roster's system accounts (root)
+    python -m kvstaff.hub remove     # remove the accounts this tool made (root)
+    python -m kvstaff.hub start      # accounts + exchange + state, then JupyterHub
                                             # (`make hub`; hub/jupyterhub_config.py)
     # the instructor's steps, as the instructor (a terminal in their hub server):
-    python -m attnlib.course.hub release LESSON     # student version -> the exchange
-    python -m attnlib.course.hub collect LESSON     # the exchange -> submitted/, checked
-    python -m attnlib.course.hub return LESSON      # feedback pages -> the exchange
+    python -m kvstaff.hub release LESSON     # student version -> the exchange
+    python -m kvstaff.hub collect LESSON     # the exchange -> submitted/, checked
+    python -m kvstaff.hub return LESSON      # feedback pages -> the exchange
 
 Options: ``--roster`` (default ``hub/roster.csv``, or ``$KV_HUB_ROSTER``), ``--exchange``
 (default ``/srv/nbgrader/exchange``, or ``$KV_EXCHANGE``), ``--homes`` (default ``/home``, or
@@ -17,7 +17,7 @@ Options: ``--roster`` (default ``hub/roster.csv``, or ``$KV_HUB_ROSTER``), ``--e
 
 **The roster** is a CSV file with a header: ``username,role`` and, optionally, ``name``,
 ``section``, ``canvas_id``, ``sis_user_id``, ``sis_login_id`` (the last four go into the Canvas
-export, :mod:`attnlib.course.grader.canvas`). ``role`` is ``instructor`` or ``learner``; there
+export, :mod:`kvstaff.grader.canvas`). ``role`` is ``instructor`` or ``learner``; there
 is at least one instructor. A username is a system account's name: lowercase letters, digits
 and ``-``, starting with a letter, at most 32 characters (no ``+``: nbgrader's exchange splits
 folder names on it). Each mistake is reported with its line (:class:`RosterError`).
@@ -366,7 +366,7 @@ def python_prefix() -> Path:
 
 
 def _exchange_config(course: Path, exchange: Path | str):
-    from attnlib.course.grader.course import load_config
+    from kvstaff.grader.course import load_config
 
     cfg = load_config(course)
     cfg.CourseDirectory.course_id = COURSE_ID
@@ -408,7 +408,7 @@ def release(
     graded."""
     from nbgrader.exchange.default import ExchangeReleaseAssignment
 
-    from attnlib.course.grader.course import release as generate
+    from kvstaff.grader.course import release as generate
 
     check_exchange(exchange, _me())
     out = Path(exchange) / COURSE_ID / "outbound" / lesson
@@ -492,7 +492,7 @@ def _enrol(cfg, roster: Roster) -> None:
     ``no submission`` row (0) in grades.csv instead of no row at all."""
     from nbgrader.api import Gradebook
 
-    from attnlib.course.grader.course import db_url
+    from kvstaff.grader.course import db_url
 
     with Gradebook(db_url(cfg)) as gb:
         for p in roster.learners:
@@ -514,7 +514,7 @@ def return_feedback(course: Path, lesson: str, exchange: Path | str, echo=print)
     """Feedback pages of ``lesson`` (no hidden tests) into the exchange for learners to fetch."""
     from nbgrader.exchange.default import ExchangeReleaseFeedback
 
-    from attnlib.course.grader.export import feedback
+    from kvstaff.grader.export import feedback
 
     check_exchange(exchange, _me())
     feedback(course, echo=echo)
@@ -545,8 +545,8 @@ def hub_state(state: Path, roster: Roster) -> dict[str, str]:
 
 
 def course_root() -> Path:
-    """The course checkout (:func:`attnlib.course.lessons.course_root`)."""
-    from attnlib.course.lessons import course_root as root
+    """The course checkout (:func:`kvstaff.lessons.course_root`)."""
+    from kvstaff.lessons import course_root as root
 
     return root()
 
@@ -598,7 +598,7 @@ def start(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m attnlib.course.hub",
+        prog="python -m kvstaff.hub",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

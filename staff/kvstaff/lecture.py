@@ -1,7 +1,7 @@
 """Lecture mode: reveal.js slides and standalone HTML handouts from the lessons.
 
-``python -m attnlib.course.lecture slides`` (``make slides``) and
-``python -m attnlib.course.lecture html`` (``make html``) turn every lesson
+``python -m kvstaff.lecture slides`` (``make slides``) and
+``python -m kvstaff.lecture html`` (``make html``) turn every lesson
 ``notebooks/NN_*.ipynb`` into
 
 * ``build/slides/NN_*.slides.html`` — a reveal.js deck built from the cells' slideshow
@@ -30,7 +30,7 @@ Two decks per lesson
   for walking through a lesson in class.
 
 The lecture deck is chosen by the cells' ``metadata["lecture"]``; what that metadata means,
-the rules a deck keeps and how speaker notes are marked is :mod:`attnlib.course.lecture_deck`.
+the rules a deck keeps and how speaker notes are marked is :mod:`kvstaff.lecture_deck`.
 
 What the lessons' metadata means here (the conventions lesson editors follow)
 ----------------------------------------------------------------------------
@@ -73,7 +73,7 @@ import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
-from attnlib.course.lecture_deck import (
+from kvstaff.lecture_deck import (
     CHECK_TAG,
     LECTURE_KEY,
     LECTURE_MINUTES,
@@ -94,7 +94,7 @@ from attnlib.course.lecture_deck import (
     tex_code_spans,
     without_asserts,
 )
-from attnlib.course.lessons import Lesson, course_root, discover_lessons, lesson_info
+from kvstaff.lessons import Lesson, course_root, discover_lessons, lesson_info
 
 __all__ = [
     "ALT_KEY",
@@ -288,11 +288,11 @@ def without_solutions(nb):
     """``nb`` with exercise solutions hidden, every other stored output kept (a new notebook).
 
     Solution regions become ``raise NotImplementedError()`` and hidden tests go, as in the
-    learners' copies (:func:`attnlib.course.student.student_version`); the outputs of solution
+    learners' copies (:func:`kvstaff.student.student_version`); the outputs of solution
     cells are dropped, since they would give the answer away, and so are the outputs of the
     graded check cells: their "✔ correct" would follow a stub that raises.
     """
-    from attnlib.course.student import student_version
+    from kvstaff.student import student_version
 
     student = student_version(nb)
     if len(student.cells) != len(nb.cells):
@@ -663,7 +663,7 @@ def _write_index(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m attnlib.course.lecture",
+        prog="python -m kvstaff.lecture",
         description="Build lecture slides or HTML handouts.",
     )
     parser.add_argument("what", choices=["slides", "html"])

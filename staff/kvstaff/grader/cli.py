@@ -1,16 +1,16 @@
-"""The staff's command line: ``python -m attnlib.course.gradebook <command>``.
+"""The staff's command line: ``python -m kvstaff.gradebook <command>``.
 
-    python -m attnlib.course.gradebook release      # build/source from notebooks/, then release/
-    python -m attnlib.course.gradebook autograde    # grade submitted/<student>/<lesson>/, export
-    python -m attnlib.course.gradebook export       # gradebook CSV [--to F.csv], review flags
-    python -m attnlib.course.gradebook feedback     # feedback/<student>/<lesson>/<lesson>.html
-    python -m attnlib.course.gradebook validate     # nbgrader validate on every source lesson,
+    python -m kvstaff.gradebook release      # build/source from notebooks/, then release/
+    python -m kvstaff.gradebook autograde    # grade submitted/<student>/<lesson>/, export
+    python -m kvstaff.gradebook export       # gradebook CSV [--to F.csv], review flags
+    python -m kvstaff.gradebook feedback     # feedback/<student>/<lesson>/<lesson>.html
+    python -m kvstaff.gradebook validate     # nbgrader validate on every source lesson,
                                                     # validate --invert on every release
-    python -m attnlib.course.gradebook canvas       # grades.csv -> canvas_grades.csv (Canvas's
+    python -m kvstaff.gradebook canvas       # grades.csv -> canvas_grades.csv (Canvas's
                                                     # import layout) + canvas_review.csv
 
 ``make release``, ``make autograde`` and ``make feedback`` call these (through
-:mod:`attnlib.course.gradebook`, which runs :func:`main`).
+:mod:`kvstaff.gradebook`, which runs :func:`main`).
 """
 
 from __future__ import annotations
@@ -18,16 +18,16 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from attnlib.course.grader.autograde import autograde
-from attnlib.course.grader.canvas import canvas_export
-from attnlib.course.grader.course import build_source, release, validate
-from attnlib.course.grader.export import export, feedback
-from attnlib.course.lessons import course_root
+from kvstaff.grader.autograde import autograde
+from kvstaff.grader.canvas import canvas_export
+from kvstaff.grader.course import build_source, release, validate
+from kvstaff.grader.export import export, feedback
+from kvstaff.lessons import course_root
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m attnlib.course.gradebook",
+        prog="python -m kvstaff.gradebook",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -97,7 +97,7 @@ def _canvas_arguments(parser) -> None:
 
 
 def _canvas(args, parser) -> int:
-    from attnlib.course.hub import RosterError, read_roster
+    from kvstaff.hub import RosterError, read_roster
 
     ids = {}
     for item in args.assignment_id:

@@ -1,4 +1,4 @@
-"""Student versions of the lessons: ``python -m attnlib.course.student notebooks workbook``.
+"""Student versions of the lessons: ``python -m kvstaff.student notebooks workbook``.
 
 ``make student`` runs this. For every lesson ``notebooks/NN_topic.ipynb`` it writes
 ``workbook/NN_topic.ipynb`` with
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import nbformat
 
-from attnlib.course.lessons import lesson_paths
+from kvstaff.lessons import lesson_paths
 
 MANIFEST = ".generated.json"
 
@@ -116,7 +116,7 @@ def generate(notebooks: Path, workbook: Path) -> Result:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 2:
-        print("usage: python -m attnlib.course.student NOTEBOOKS_DIR WORKBOOK_DIR", file=sys.stderr)
+        print("usage: python -m kvstaff.student NOTEBOOKS_DIR WORKBOOK_DIR", file=sys.stderr)
         return 2
     result = generate(Path(argv[0]), Path(argv[1]))
     for p in result.written:

@@ -1,8 +1,8 @@
 """The class misconception report: what a lecturer reads before the next class.
 
-    python -m attnlib.course.report                 # the course folder's autograded/
-    python -m attnlib.course.report --course DIR --out DIR
-    python -m attnlib.course.report --learners      # also one page per learner
+    python -m kvstaff.report                 # the course folder's autograded/
+    python -m kvstaff.report --course DIR --out DIR
+    python -m kvstaff.report --learners      # also one page per learner
 
 ``make report`` runs it after ``make autograde``. It reads every graded notebook,
 ``autograded/<student>/<lesson>/<lesson>.ipynb`` (nbgrader's layout), finds the check
@@ -56,8 +56,8 @@ from pathlib import Path
 import nbformat
 
 from attnlib import checks
-from attnlib.course.grader.execution import STDERR_PREFIX
-from attnlib.course.lessons import course_root
+from kvstaff.grader.execution import STDERR_PREFIX
+from kvstaff.lessons import course_root
 
 __all__ = [
     "CSV_FIELDS",
@@ -456,7 +456,7 @@ def build(
 # Per-learner summaries: one page per learner, to send with the feedback (``--learners``).
 # ----------------------------------------------------------------------------------------
 
-GENERATOR = "attnlib.course.report --learners"
+GENERATOR = "kvstaff.report --learners"
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9_.@+-]")
 
 
@@ -666,7 +666,7 @@ def build_learners(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m attnlib.course.report",
+        prog="python -m kvstaff.report",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -11,11 +11,11 @@ It lives here, in the grader wing, and nowhere else:
 * the kernel side (:mod:`attnlib.checks.ex_keys_values`) registers the exercise without
   it: the visible cells check the format only, the hidden cells record the answers;
 * the sandbox hides this whole package from every graded kernel (an empty, read-only
-  folder in its place: :func:`attnlib.course.grader.sandbox.bwrap_command`);
+  folder in its place: :func:`kvstaff.grader.sandbox.bwrap_command`);
 * the grader installs the key into its own process before judging
-  (:mod:`attnlib.course.grader.judging` calls :func:`install` on import).
+  (:mod:`kvstaff.grader.judging` calls :func:`install` on import).
 
-A learner's server on a class hub should be built without ``attnlib/course/grader`` (the
+A learner's server on a class hub should be built without ``staff/kvstaff/grader`` (the
 staff image has it); a learner working alone with the whole repository has the
 instructor lessons, and with them every solution, anyway.
 

@@ -1,9 +1,9 @@
 """Execution: nbgrader's preprocessors that run a submission, each kernel in its sandbox.
 
 * :class:`ResilientExecute` — nbgrader's ``Execute`` with every kernel in a sandbox
-  (:mod:`attnlib.course.grader.sandbox`); a test cell's visible part runs as the cell and
+  (:mod:`kvstaff.grader.sandbox`); a test cell's visible part runs as the cell and
   its hidden region as a separate, silent execution whose outputs the grader judges itself
-  (:mod:`attnlib.course.grader.judging`), with the kernel stopped while it does. A cell
+  (:mod:`kvstaff.grader.judging`), with the kernel stopped while it does. A cell
   that times out is interrupted; a kernel that stays stuck or dies is restarted, the
   cells that ran before are run again, and grading goes on. Outputs are capped per cell
   and per notebook, in bytes and in number.
@@ -30,8 +30,8 @@ from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 from traitlets import Enum, Float, Integer, Unicode
 
 from attnlib.checks.protocol import EXCHANGE_ENV, TAMPER_TAG, process_state
-from attnlib.course.grader.judging import clear_inputs, clear_outputs, judge, write_inputs
-from attnlib.course.grader.sandbox import Limits, Sandbox, SandboxKernelManager
+from kvstaff.grader.judging import clear_inputs, clear_outputs, judge, write_inputs
+from kvstaff.grader.sandbox import Limits, Sandbox, SandboxKernelManager
 
 TIMEOUT_ENAME = "CellTimeoutError"
 # How a graded test cell's stderr is shown once it is no failure (StderrIsNotFailure).
@@ -129,14 +129,14 @@ def _process_name(pid: int) -> str:
 class ResilientExecute(Execute):
     """nbgrader's ``Execute``: each kernel in a sandbox, hidden tests judged by the grader.
 
-    * The kernel runs inside :mod:`attnlib.course.sandbox` (``sandbox = "bwrap"``), or,
+    * The kernel runs inside :mod:`kvstaff.sandbox` (``sandbox = "bwrap"``), or,
       when told ``sandbox = "none"`` (``--unsafe-no-sandbox``), as a plain local process.
     * A test cell with hidden tests runs in two steps. Its visible part runs as the cell
       (its outputs are what the learner sees in feedback). Only if that passed, the grader
       writes the inputs of the exercises named in the hidden region to the exchange folder
       and runs the hidden region as a separate, silent execution: nothing it prints reaches
       the notebook. ``check_hidden`` in the kernel writes the learner's outputs; the grader
-      compares them with its own reference (:func:`attnlib.course.grader.judging.judge`) and adds
+      compares them with its own reference (:func:`kvstaff.grader.judging.judge`) and adds
       an error output to the cell when they are wrong, missing or unreadable — so the
       cell's score is nbgrader's usual "no error = full points", decided outside the kernel.
     * After a cell times out, a probe (``pass``) checks that the interrupt brought the kernel

@@ -1,6 +1,6 @@
 """Grades in Canvas's gradebook-import layout, and the rows a person must look at first.
 
-``grades.csv`` (:mod:`attnlib.course.grader.export`) is nbgrader's layout: one row per
+``grades.csv`` (:mod:`kvstaff.grader.export`) is nbgrader's layout: one row per
 (assignment, student). Canvas imports one row per student and one column per assignment:
 
     Student,ID,SIS User ID,SIS Login ID,Section,03_attention (4101),08_masks (4102)
@@ -33,7 +33,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from attnlib.course.grader.export import csv_cell
+from kvstaff.grader.export import csv_cell
 
 IDENTITY = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
 POINTS_ROW = "Points Possible"
@@ -50,7 +50,7 @@ def canvas_rows(grade_rows: list[dict], people, assignment_ids: dict[str, str] |
     """(header, rows, review) from the rows of ``grades.csv`` and the roster's learners.
 
     ``people``: objects with ``username``, ``name``, ``canvas_id``, ``sis_user_id``,
-    ``sis_login_id``, ``section`` (the roster's learners, :class:`attnlib.course.hub.Person`);
+    ``sis_login_id``, ``section`` (the roster's learners, :class:`kvstaff.hub.Person`);
     ``assignment_ids``: lesson -> Canvas assignment id.
     """
     ids = assignment_ids or {}

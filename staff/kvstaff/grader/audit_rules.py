@@ -1,6 +1,6 @@
 """What the source audit looks for: the names, calls, imports and strings it reports.
 
-Tables only (the walk is :mod:`attnlib.course.grader.audit`): modules whose aliases are
+Tables only (the walk is :mod:`kvstaff.grader.audit`): modules whose aliases are
 followed, calls and attributes that reach around the language or into the testing
 machinery, imports a solution never needs, os functions that touch files or processes
 (every spawn, exec and fork variant), strings that name the grading machinery, magics a
