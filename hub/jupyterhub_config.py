@@ -20,7 +20,6 @@ share this one file:
                    servers and list users (the test drives the hub with it)
 """
 
-import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -28,12 +27,10 @@ from pathlib import Path
 c = get_config()  # noqa: F821 - provided by JupyterHub's config loader
 
 REPO = Path(__file__).resolve().parents[1]  # the course checkout this file is in
-# The roster reader, staff/kvstaff/hub.py, loaded as a file of its own: importing the attnlib
-# package would load torch (~2.7 s and its memory) into the hub, which needs none of it.
-_spec = importlib.util.spec_from_file_location("kv_class_hub", REPO / "staff/kvstaff/hub.py")
-class_hub = sys.modules["kv_class_hub"] = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(class_hub)
-COURSE_ID, read_roster = class_hub.COURSE_ID, class_hub.read_roster
+# The roster reader: kvstaff.roster imports the standard library only (attnlib, which would
+# load torch into the hub, is never imported by it).
+from kvstaff.roster import COURSE_ID, read_roster  # noqa: E402
+
 VENV_BIN = Path(sys.executable).parent  # the course environment JupyterHub runs from
 ROSTER = read_roster(os.environ.get("KV_HUB_ROSTER", REPO / "hub" / "roster.csv"))
 STATE = Path(os.environ.get("KV_HUB_STATE", REPO / "build" / "hub"))

@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from kvstaff import hub
+from kvstaff import exchange, hub
 from kvstaff.hub import ExchangeError, RosterError, check_exchange, read_roster
 
 HEADER = "username,role,name\n"
@@ -96,9 +96,9 @@ def test_what_collect_refuses_inside_a_submission_is_named(tmp_path):
     sub = tmp_path / "ada+03_attention+2026"
     (sub / "deep").mkdir(parents=True)
     (sub / "03_attention.ipynb").write_text("{}")
-    assert hub._inside_problem(sub) is None
+    assert exchange._inside_problem(sub) is None
     (sub / "deep" / "gb").symlink_to("/etc/passwd")
-    assert hub._inside_problem(sub) == "holds 'deep/gb', which is not a plain file or folder"
+    assert exchange._inside_problem(sub) == "holds 'deep/gb', which is not a plain file or folder"
     (sub / "deep" / "gb").unlink()
     os.mkfifo(sub / "pipe")
-    assert "'pipe'" in hub._inside_problem(sub)
+    assert "'pipe'" in exchange._inside_problem(sub)
