@@ -18,23 +18,37 @@ share this one file:
                    accounts' own system passwords: a real server)
     KV_HUB_API_TOKEN  if set, a service "kv-course" holding this token may start and stop
                    servers and list users (the test drives the hub with it)
+    KV_HUB_HOMES   the folder of the accounts' homes (default /home), hidden from learners
+
+A learner's server runs in a view of its own, with limits (CourseSpawner below): the
+checkout (lesson 05's answer keys in staff/, every solution in notebooks/, the git history)
+and the shared temporary folders are not there at all, and a fork bomb or a huge allocation
+stops at that learner's limits. tests/test_hub_isolation.py runs this file's spawner as
+real accounts and tries both.
 """
 
+import asyncio
 import os
 import sys
 from pathlib import Path
 
+from jupyterhub.spawner import LocalProcessSpawner
+
 c = get_config()  # noqa: F821 - provided by JupyterHub's config loader
 
 REPO = Path(__file__).resolve().parents[1]  # the course checkout this file is in
-# The roster reader: kvstaff.roster imports the standard library only (attnlib, which would
-# load torch into the hub, is never imported by it).
+# The roster reader and the spawner's pieces (a learner's view, limits, cgroups):
+# kvstaff.roster and kvstaff.hub import the standard library only (attnlib, which would load
+# torch into the hub, is never imported by them; the instructor's steps in kvstaff.hub import
+# nbgrader inside themselves).
+from kvstaff import hub as kvhub  # noqa: E402
 from kvstaff.roster import COURSE_ID, read_roster  # noqa: E402
 
 VENV_BIN = Path(sys.executable).parent  # the course environment JupyterHub runs from
 ROSTER = read_roster(os.environ.get("KV_HUB_ROSTER", REPO / "hub" / "roster.csv"))
 STATE = Path(os.environ.get("KV_HUB_STATE", REPO / "build" / "hub"))
 EXCHANGE = os.environ.get("KV_EXCHANGE", "/srv/nbgrader/exchange")
+HOMES = os.environ.get("KV_HUB_HOMES", "/home")
 INSTRUCTORS = {p.username for p in ROSTER.instructors}
 
 # --- where the hub listens and keeps its state ---------------------------------------------
@@ -76,9 +90,84 @@ else:
     c.SharedPasswordAuthenticator.admin_password = (STATE / "admin_password").read_text().strip()
 
 # --- each user's server ----------------------------------------------------------------------
-# The default spawner: each server is a process running as the system account of the same
-# name (created from the roster), in its home folder (mode 0700).
-c.JupyterHub.spawner_class = "localprocess"
+# LocalProcessSpawner (each server a process running as the system account of the same name,
+# made from the roster, in its home folder, mode 0700), with one change for learners: the
+# preexec_fn its start() passes to Popen is kvhub.server_preexec, which, in the forked child
+# and before it becomes the learner, puts it in its cgroup, in LEARNER_VIEW and under
+# LEARNER_LIMITS. Kernels and terminals are the server's children: they inherit all three.
+# Instructors get JupyterHub's own preexec_fn (the hub's view: the whole checkout).
+
+# What a learner's server sees. Each folder of `hide` is covered by an empty tmpfs owned by
+# root (the options: its mode and the most it may hold, counted in the learner's memory):
+HIDE = {
+    str(REPO): "mode=0755,size=1m",  # the checkout: staff/, notebooks/, tests/, build/, .git
+    "/tmp": "mode=1777,size=512m",  # a private /tmp (others' scratch copies of lessons)
+    "/var/tmp": "mode=1777,size=64m",
+    "/dev/shm": "mode=1777,size=256m",
+    HOMES: "mode=0755,size=1m",  # other homes are 0700 anyway; now they are not there
+    str(STATE): "mode=0700,size=1m",  # the hub's database, cookie secret and passwords
+}
+# ...and these are bound back from where they are: the course environment (this Python's
+# venv), the learners' package and its data, the learners' Lab settings (all read-only), and
+# nbgrader's exchange (as it is, with its modes); server_preexec adds the learner's own home.
+# The venv still names kvstaff (an editable install pointing into staff/), which is not there.
+LEARNER_VIEW = kvhub.View(
+    hide=HIDE,
+    read_only=(sys.prefix, *(str(REPO / p) for p in ("attnlib", "data", "jupyter/hub-learner"))),
+    writable=(EXCHANGE,),
+    own_processes=True,  # its /proc lists the learner's own processes only (hidepid=2)
+)
+# Per learner (not the instructor, whose server runs the grader). These are caps, not
+# reservations: 300 learners x 4 GiB is more than a machine has, but they are seldom all busy;
+# what the caps prevent is one learner taking what the others and the grader need.
+LEARNER_LIMITS = kvhub.ServerLimits(
+    # every task (process or thread) of the account (RLIMIT_NPROC) and of the server's
+    # cgroup (pids.max): a server with one lesson kernel is 18 (test_hub_isolation); a fork
+    # bomb stops here
+    processes=256,
+    # all the server's processes together (the cgroup's memory limit): a lesson's kernel
+    # peaks at 0.37-0.71 GiB (each of the 17 lessons run whole, its largest process), so the
+    # server and five lessons at once; past it the kernel that asks is killed, no one else
+    memory=4 * 2**30,
+    # each process (RLIMIT_AS): as in the grading sandbox (6 GiB: torch reserves address
+    # space it never uses), so what runs here also grades; a 30 GB array is a MemoryError
+    # at once, even where there are no cgroups
+    address_space=6 * 2**30,
+    # one core (the cgroup's CPU quota): a lesson runs on one thread (OMP_NUM_THREADS below)
+    # in 5-16 s
+    cpu=1.0,
+    # the largest file a process may write (RLIMIT_FSIZE); disk space itself is not limited
+    file_size=2 * 2**30,
+)
+# The learners' cgroups, under the hub's own cgroup (cgroup v1 or v2; without them the
+# limits are LEARNER_LIMITS' rlimits only, and the hub says so when it starts).
+CGROUPS = kvhub.Cgroups()
+if CGROUPS.problem:
+    print(f"kv hub: learners' cgroups: {CGROUPS.problem}", file=sys.stderr)
+
+
+class CourseSpawner(LocalProcessSpawner):
+    """LocalProcessSpawner; a learner's server (anyone not an instructor of the roster) in
+    its own view, cgroup and limits. start() is LocalProcessSpawner's own."""
+
+    def make_preexec_fn(self, name):
+        if name in INSTRUCTORS:
+            return super().make_preexec_fn(name)
+        return kvhub.server_preexec(
+            name,
+            view=LEARNER_VIEW,
+            limits=LEARNER_LIMITS,
+            cgroups=CGROUPS.create(name, LEARNER_LIMITS),
+            no_new_privileges=True,  # setuid programs (su, mount) raise nobody's rights
+        )
+
+    async def stop(self, now=False):
+        await super().stop(now=now)
+        if self.user.name not in INSTRUCTORS:  # what outlived the server, and its cgroups
+            await asyncio.to_thread(CGROUPS.close, self.user.name)
+
+
+c.JupyterHub.spawner_class = CourseSpawner
 # The course environment's own single-user server (JupyterLab, the course kernel, nbgrader).
 c.Spawner.cmd = [str(VENV_BIN / "jupyterhub-singleuser")]
 c.Spawner.default_url = "/lab"
@@ -102,6 +191,10 @@ def per_role(spawner):
     spawner.environment["JUPYTER_CONFIG_PATH"] = os.pathsep.join(map(str, config_path))
     spawner.environment["KV_EXCHANGE"] = EXCHANGE
     spawner.environment["KV_COURSE_ID"] = COURSE_ID
+    if name not in INSTRUCTORS:  # as many threads as the learner's cores; shown in the server
+        spawner.environment["OMP_NUM_THREADS"] = str(max(1, int(LEARNER_LIMITS.cpu)))
+        spawner.mem_limit = LEARNER_LIMITS.memory  # (MEM_LIMIT, CPU_LIMIT in its environment)
+        spawner.cpu_limit = LEARNER_LIMITS.cpu
 
 
 c.Spawner.pre_spawn_hook = per_role

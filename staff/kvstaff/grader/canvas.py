@@ -26,6 +26,12 @@ alone, so nothing a script uploads pretends to be a grade) — those are written
 file, ``canvas_review.csv`` (student, assignment, status, notes), for a person. A student of
 ``grades.csv`` missing from the roster is not exported (Canvas could not match them) and is
 listed for review too.
+
+One row per Canvas user: two people with one username, ``ID``, ``SIS User ID`` or ``SIS
+Login ID`` (compared as :func:`kvstaff.roster.identity_key` compares them) are refused with
+both names, before anything is written — Canvas would import both rows into one gradebook
+row, the second grade silently replacing the first. :func:`kvstaff.roster.read_roster`
+refuses such a roster with the lines; this holds for people from anywhere else too.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import csv
 from pathlib import Path
 
 from kvstaff.grader.export import csv_cell
+from kvstaff.roster import IDENTITY_COLUMNS, identity_key
 
 IDENTITY = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
 POINTS_ROW = "Points Possible"
@@ -54,6 +61,8 @@ def canvas_rows(grade_rows: list[dict], people, assignment_ids: dict[str, str] |
     ``assignment_ids``: lesson -> Canvas assignment id.
     """
     ids = assignment_ids or {}
+    people = list(people)
+    _one_row_per_canvas_user(people)
     assignments = sorted({r["assignment"] for r in grade_rows})
     unknown_ids = sorted(set(ids) - set(assignments))
     if unknown_ids:
@@ -98,6 +107,30 @@ def canvas_rows(grade_rows: list[dict], people, assignment_ids: dict[str, str] |
                 }
             )
     return header, [points] + rows, [{k: csv_cell(v) for k, v in x.items()} for x in review]
+
+
+def _one_row_per_canvas_user(people) -> None:
+    """``ValueError`` naming every pair of people who would be one Canvas user."""
+    first: dict[tuple[str, str], str] = {}
+    clashes = []
+    for p in people:
+        keys = [("username", p.username)]
+        keys += [(c, identity_key(c, getattr(p, c, ""))) for c in IDENTITY_COLUMNS]
+        for column, key in keys:
+            if not key:
+                continue
+            if (column, key) in first:
+                clashes.append(
+                    f"{p.username!r} and {first[(column, key)]!r} share {column} "
+                    f"{getattr(p, column)!r}"
+                )
+            else:
+                first[(column, key)] = p.username
+    if clashes:
+        raise ValueError(
+            "two rows for one Canvas user (Canvas would keep one grade of the two): "
+            + "; ".join(clashes)
+        )
 
 
 def canvas_export(

@@ -3,10 +3,21 @@
 nbgrader stays the engine; only the kernel process is put in a box. The grading driver
 (:mod:`kvstaff.grader.autograde`) gives each submission a fresh host folder::
 
-    /tmp/kv-sbx-XXXX/         the sandbox root (short: it holds unix sockets)
-        work/                 the kernel's working folder: a copy of the submission's notebook
-        run/                  the connection file and the kernel's ipc sockets
-        exchange/             hidden-test inputs (written by the grader) and outputs (kernel)
+    /tmp/kv-sbx-XXXX/         the sandbox root (short: it holds unix sockets)      0710
+        work/                 the kernel's working folder: a copy of the submission's   0700
+                              notebook
+        run/                  the connection file and the kernel's ipc sockets          0700
+        exchange/             hidden-test inputs (written by the grader) and outputs    0750
+            in/               the grader's inputs (``<exercise>.pkl``, 0640)            0750
+            out/              what the kernel recorded                                  0700
+
+No other account may read any of it (a learner polling ``/tmp`` while the instructor grades
+would otherwise copy classmates' notebooks and the hidden inputs): when grading runs as
+root, the root, ``exchange/`` and ``in/`` belong to root and the kernel's *group*
+(``64000 + slot``, a gid no account has), the kernel's three folders to the kernel's uid;
+as an ordinary staff user everything is that user's, with no group or other bits at all.
+Every file the grader puts there is created ``0600`` (the inputs ``0640`` to the kernel's
+group), and the kernel runs with umask ``077``. See :meth:`Sandbox.modes`.
 
 and :func:`command` wraps the kernel's argv (``python -m ipykernel_launcher -f ...``) in
 
@@ -54,7 +65,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.util
-import json
 import os
 import shutil
 import stat
@@ -76,6 +86,8 @@ __all__ = [
     "bwrap_path",
     "command",
     "inspect_submission",
+    "notebook_problems",
+    "read_submitted_notebook",
     "readonly_paths",
     "unavailable",
 ]
@@ -105,11 +117,11 @@ if "--uid" in opts:
     if os.getuid() == 0 or os.geteuid() == 0:
         sys.exit("sandbox launcher: could not drop root")
 if "--log" in opts:  # the kernel's own stdout/stderr (start-up notes, fatal errors)
-    fd = os.open(opts["--log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
+    fd = os.open(opts["--log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
-os.umask(0o022)
+os.umask(0o077)  # nothing the kernel writes is for other accounts to read
 os.execvp(argv[0], argv)
 """
 
@@ -230,14 +242,37 @@ class Sandbox:
     root: Path = field(init=False)
 
     def __post_init__(self) -> None:
-        self.root = Path(tempfile.mkdtemp(prefix=SANDBOX_PREFIX, dir="/tmp"))
-        os.chmod(self.root, 0o755)
+        self.root = Path(tempfile.mkdtemp(prefix=SANDBOX_PREFIX, dir="/tmp"))  # 0700 already
         for sub in ("work", "run", "exchange", "exchange/in", "exchange/out"):
-            (self.root / sub).mkdir(mode=0o755)
+            (self.root / sub).mkdir(mode=0o700)
         # exchange/ and exchange/in/ stay the grader's (read-only for the kernel, and bound
         # read-only below for when there is no uid switch); the kernel writes exchange/out/.
-        for sub in ("work", "run", "exchange/out"):
-            self._own(self.root / sub)
+        for rel, mode in self.modes().items():
+            path = self.root / rel
+            if rel in ("work", "run", "exchange/out"):
+                self._own(path)
+            elif self.uid is not None:  # the grader's, reachable for the kernel's group only
+                os.chown(path, -1, self.uid, follow_symlinks=False)
+            os.chmod(path, mode)  # made just now, in a 0700 folder: never a link
+
+    def modes(self) -> dict[str, int]:
+        """The mode of the root (``"."``) and of each folder in it.
+
+        With a uid switch (grading as root) the kernel reaches the grader's folders through
+        its group, a gid of its own that no account has; without one (an ordinary staff
+        user, whose kernel keeps that uid) every folder is the user's own and nothing is
+        open to a group or to others. Either way no other account can list or enter any of
+        them, nor read a file inside.
+        """
+        shared = self.uid is not None
+        return {
+            ".": 0o710 if shared else 0o700,
+            "work": 0o700,
+            "run": 0o700,
+            "exchange": 0o750 if shared else 0o700,
+            "exchange/in": 0o750 if shared else 0o700,
+            "exchange/out": 0o700,
+        }
 
     @property
     def uid(self) -> int | None:
@@ -279,7 +314,9 @@ class Sandbox:
         if folder is not None and Path(folder).is_dir():
             for entry in os.scandir(folder):
                 if entry.name.endswith(".ipynb") and entry.is_file(follow_symlinks=False):
-                    shutil.copyfile(entry.path, self.work / entry.name, follow_symlinks=False)
+                    copy = self.work / entry.name
+                    shutil.copyfile(entry.path, copy, follow_symlinks=False)
+                    os.chmod(copy, 0o600)  # before the kernel starts: not a link
         self.hand_over(self.work)
 
     def command(self, argv: list[str], threads: int | None = None, log: bool = True) -> list[str]:
@@ -361,25 +398,88 @@ def remove_tree(path: Path, keep_root: bool = False) -> None:
 _HARMLESS_DIRS = {".ipynb_checkpoints"}  # Jupyter's autosaves (never given to the kernel)
 _EXCHANGE_FILES = {"timestamp.txt", "submission_secret.txt"}  # written by nbgrader's exchange
 # A handed-in notebook past these is refused before any kernel runs it (the largest lesson,
-# outputs included, is ~1.5 MB with ~40 code cells).
+# outputs included, is ~1.5 MB with 103 cells, 39 of them code, and 41 outputs). Every count
+# is made on the notebook as nbgrader reads it: nbformat 4 (nbformat 3 and older refused).
 MAX_NOTEBOOK_BYTES = 20 * 2**20
 MAX_CODE_CELLS = 500
+MAX_CELLS = 2000  # all cells: nbgrader's preprocessors walk each one
+MAX_OUTPUTS = 10_000  # outputs handed in (cleared before grading, but read and validated)
+NBFORMAT = 4
 
 
-def _notebook_too_big(path: str, rel: str, size: int) -> list[str]:
-    """Reasons to refuse a top-level notebook for its size or its number of code cells."""
-    if size > MAX_NOTEBOOK_BYTES:
-        return [f"{rel!r} is {size / 2**20:.1f} MiB (more than {MAX_NOTEBOOK_BYTES // 2**20} MiB)"]
+def read_submitted_notebook(path: str | Path, rel: str | None = None):
+    """``(notebook, reasons to refuse)``: a handed-in notebook read as nbgrader reads it.
+
+    Read once, never through a link and never waiting on a FIFO, at most
+    :data:`MAX_NOTEBOOK_BYTES`, by nbformat's own steps: the same JSON nbgrader will see
+    (duplicate keys and all), and for version 4 the same notebook
+    ``nbformat.read(..., as_version=4)`` returns, nothing converted. A notebook of another
+    major version is refused rather than converted: nbformat 3 keeps its cells under
+    ``worksheets`` (the shape a cap on ``cells`` once missed), every Jupyter since 2015
+    saves version 4 and the course releases version 4, so only a hand-made file is older,
+    and opening it in Jupyter and saving it converts it; one shape means every check, the
+    audit and the report read what nbgrader ran. The notebook is ``None`` when it is
+    refused for what it is (size, encoding, JSON, version); the caps on its cells and
+    outputs are :func:`notebook_problems`'.
+    """
+    from nbformat import reader, versions
+
+    rel = rel or Path(path).name
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         with os.fdopen(fd, "rb") as fh:
-            cells = json.loads(fh.read(MAX_NOTEBOOK_BYTES + 1)).get("cells")
-        code = sum(1 for c in cells if isinstance(c, dict) and c.get("cell_type") == "code")
-    except (OSError, ValueError, RecursionError, AttributeError, TypeError):
-        return []  # not a notebook nbgrader can read: it fails there, with its own message
-    if code > MAX_CODE_CELLS:
-        return [f"{rel!r} has {code} code cells (more than {MAX_CODE_CELLS})"]
-    return []
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                return None, [f"{rel!r} is not a regular file"]
+            data = fh.read(MAX_NOTEBOOK_BYTES + 1)
+    except OSError as err:
+        return None, [f"cannot read {rel!r}: {err.strerror}"]
+    if len(data) > MAX_NOTEBOOK_BYTES:
+        return None, [f"{rel!r} is more than {MAX_NOTEBOOK_BYTES // 2**20} MiB"]
+    try:  # nbformat.read's own steps (json.loads, then the version's reader), one by one
+        raw = reader.parse_json(data.decode("utf-8"))
+        major, minor = reader.get_version(raw)
+        if major != NBFORMAT or type(major) is not int:
+            return None, [
+                f"{rel!r} is in nbformat {major!r}, not {NBFORMAT}: the grader reads only "
+                f"nbformat {NBFORMAT} (open it in Jupyter and save it, which converts it)"
+            ]
+        nb = versions[NBFORMAT].to_notebook_json(raw, minor=minor)
+    except (ValueError, TypeError, AttributeError, KeyError, RecursionError, MemoryError) as err:
+        why = type(err).__name__
+        return None, [f"{rel!r} is not a notebook the grader can read ({why})"]
+    return nb, []
+
+
+def notebook_problems(path: str | Path, rel: str | None = None) -> list[str]:
+    """Reasons to refuse a handed-in notebook: unreadable, not nbformat 4, or past a cap.
+
+    Caps, all counted on the nbformat 4 notebook (:func:`read_submitted_notebook`):
+    :data:`MAX_NOTEBOOK_BYTES`, :data:`MAX_CELLS` cells, :data:`MAX_CODE_CELLS` code cells,
+    :data:`MAX_OUTPUTS` outputs.
+    """
+    rel = rel or Path(path).name
+    nb, refuse = read_submitted_notebook(path, rel)
+    if nb is None:
+        return refuse
+    cells = nb.get("cells")
+    if not isinstance(cells, list) or not all(isinstance(c, dict) for c in cells):
+        return [f"{rel!r} is not a notebook the grader can read (its cells are not a list)"]
+    code = [c for c in cells if c.get("cell_type") == "code"]
+    outputs = sum(len(o) for c in code if isinstance(o := c.get("outputs"), list))
+    if len(cells) > MAX_CELLS:
+        refuse.append(f"{rel!r} has {len(cells)} cells (more than {MAX_CELLS})")
+    if len(code) > MAX_CODE_CELLS:
+        refuse.append(f"{rel!r} has {len(code)} code cells (more than {MAX_CODE_CELLS})")
+    if outputs > MAX_OUTPUTS:
+        refuse.append(f"{rel!r} holds {outputs} outputs (more than {MAX_OUTPUTS})")
+    return refuse
+
+
+def _notebook_too_big(path: str, rel: str, size: int) -> list[str]:
+    """Reasons to refuse a top-level notebook (its size first: nothing past it is read)."""
+    if size > MAX_NOTEBOOK_BYTES:
+        return [f"{rel!r} is {size / 2**20:.1f} MiB (more than {MAX_NOTEBOOK_BYTES // 2**20} MiB)"]
+    return notebook_problems(path, rel)
 
 
 def inspect_submission(folder: Path, limit: int = 200) -> tuple[list[str], list[str]]:
@@ -391,7 +491,8 @@ def inspect_submission(folder: Path, limit: int = 200) -> tuple[list[str], list[
     into ``autograded/`` would follow it, as the staff user. A regular file other than a
     top-level notebook (``attnlib/__init__.py`` beside the notebook) is a reason to review:
     the kernel never sees it (:meth:`Sandbox.fill_work`), but no lesson asks for it. A
-    notebook past :data:`MAX_NOTEBOOK_BYTES` or :data:`MAX_CODE_CELLS` is refused too.
+    notebook that is not nbformat 4, or past a cap counted on its nbformat 4 form
+    (:func:`notebook_problems`), is refused too.
     """
     refuse: list[str] = []
     review: list[str] = []
