@@ -51,6 +51,39 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "course"))
 
 
+def free_port_block(n: int = 3) -> int:
+    """A port p with p, p+1, ..., p+n-1 free on 127.0.0.1 (a hub, its API, its proxy's)."""
+    import socket
+
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base + n > 65535:
+            continue
+        try:
+            for i in range(1, n):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", base + i))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError("no block of free ports")
+
+
+def base_prefix(python: Path | str) -> Path:
+    """The Python installation ``python`` (a venv's interpreter) was made from."""
+    import subprocess
+
+    out = subprocess.run(
+        [str(python), "-c", "import sys; print(sys.base_prefix)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return Path(out.stdout.strip()).resolve()
+
+
 def project_python() -> str:
     """The venv's interpreter if it exists (as `make test` runs), else this one."""
     venv_python = VENV_BIN / "python"

@@ -20,7 +20,7 @@ import urllib.request
 import uuid
 from pathlib import Path
 
-from conftest import ROOT, project_python
+from conftest import ROOT, free_port_block, project_python
 
 from kvstaff import hub
 
@@ -199,22 +199,6 @@ class Hub:
 
 
 # ---- the real hub ---------------------------------------------------------------------------
-
-
-def free_port_block(n: int = 3) -> int:
-    """A port p with p .. p+n-1 free on 127.0.0.1 (the hub, its API, its proxy's API)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        try:
-            for i in range(1, n):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", base + i))
-            return base
-        except OSError:
-            continue
-    raise RuntimeError("no block of free ports")
 
 
 class RealHub:

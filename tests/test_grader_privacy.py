@@ -32,7 +32,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from conftest import ROOT, project_python
+from conftest import ROOT, base_prefix, project_python
 from nbfixtures import lesson, set_solution
 
 from kvstaff.hub import private_view
@@ -194,16 +194,6 @@ def test_another_account_reads_nothing_of_a_sandbox_graded_as_root(tmp_path):
     assert root_line[1] == "710" and root_line[2].split(":")[0] == "0"  # root's, kernel's group
 
 
-def _prefix(python: Path) -> Path:
-    out = subprocess.run(
-        [str(python), "-c", "import sys; print(sys.base_prefix)"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return Path(out.stdout.strip()).resolve()
-
-
 @pytest.mark.grading
 @pytest.mark.needs("bubblewrap", "root", "account tools")
 def test_another_account_reads_nothing_of_a_sandbox_graded_by_a_staff_account():
@@ -222,7 +212,7 @@ def test_another_account_reads_nothing_of_a_sandbox_graded_by_a_staff_account():
         env = ["env", "-i", f"HOME={work}", f"PATH={python.parent}:/usr/bin:/bin", "LANG=C.UTF-8"]
         argv = ["setpriv", f"--reuid={STAFF}", f"--regid={STAFF}", "--clear-groups", *env]
         argv += [str(python), str(work / "grade.py"), str(folder), name]
-        grader = private_view(argv, [_prefix(python), ROOT], tmp / "view")
+        grader = private_view(argv, [base_prefix(python), ROOT], tmp / "view")
         result, seen = _grade_and_peek(grader, folder, name)
     finally:
         for who in (PEEKER, STAFF):

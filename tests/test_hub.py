@@ -54,7 +54,6 @@ import hashlib
 import json
 import os
 import pwd
-import socket
 import stat
 import subprocess
 import sys
@@ -69,7 +68,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from chromium import find_chromium
-from conftest import ROOT, project_python
+from conftest import ROOT, free_port_block, project_python
 from nbfixtures import LESSONS, reference_source, set_solution, write_lessons
 
 from kvstaff import hub
@@ -98,24 +97,6 @@ pytestmark = [
     # each a failure, not a skip, in CI (tests/pieces.py)
     pytest.mark.needs("root", "bubblewrap", "account tools", "npm assets"),
 ]
-
-
-def free_port_block(n: int = 3) -> int:
-    """A port p with p, p+1, ..., p+n-1 free on 127.0.0.1 (the hub, its API, the proxy's)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + n > 65535:
-            continue
-        try:
-            for i in range(1, n):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", base + i))
-            return base
-        except OSError:
-            continue
-    raise RuntimeError("no block of free ports")
 
 
 class ClassHub:

@@ -26,7 +26,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, project_python
+from conftest import ROOT, base_prefix, project_python
 
 from kvstaff.hub import private_view
 
@@ -56,16 +56,6 @@ RUN = textwrap.dedent(
 )
 
 
-def _prefix(python: Path) -> Path:
-    out = subprocess.run(
-        [str(python), "-c", "import sys; print(sys.base_prefix)"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return Path(out.stdout.strip()).resolve()
-
-
 def test_a_non_root_staff_user_grades_and_no_kernel_reaches_another_learners_work():
     python = Path(project_python())
     made = subprocess.run(["useradd", "-r", "-M", "-s", "/usr/sbin/nologin", USER])
@@ -89,7 +79,7 @@ def test_a_non_root_staff_user_grades_and_no_kernel_reaches_another_learners_wor
     ]
     try:
         done = subprocess.run(
-            private_view(argv, [_prefix(python), ROOT], tmp / "view"),
+            private_view(argv, [base_prefix(python), ROOT], tmp / "view"),
             cwd=work,
             capture_output=True,
             text=True,
