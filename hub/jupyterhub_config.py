@@ -21,8 +21,9 @@ share this one file:
     KV_HUB_HOMES   the folder of the accounts' homes (default /home), hidden from learners
 
 A learner's server runs in a view of its own, with limits (CourseSpawner below): the
-checkout (lesson 05's answer keys in staff/, every solution in notebooks/, the git history)
-and the shared temporary folders are not there at all, and a fork bomb or a huge allocation
+checkout (lesson 05's answer keys in staff/, every solution in notebooks/, the git history),
+any other folder outside the operating system's own (another copy of the course) and the
+shared temporary folders are not there at all, and a fork bomb or a huge allocation
 stops at that learner's limits. tests/test_hub_isolation.py runs this file's spawner as
 real accounts and tries both.
 """
@@ -97,9 +98,16 @@ else:
 # LEARNER_LIMITS. Kernels and terminals are the server's children: they inherit all three.
 # Instructors get JupyterHub's own preexec_fn (the hub's view: the whole checkout).
 
-# What a learner's server sees. Each folder of `hide` is covered by an empty tmpfs owned by
-# root (the options: its mode and the most it may hold, counted in the learner's memory):
-HIDE = {
+# What a learner's server sees: the operating system's folders and nothing else. Each folder
+# of `hide` is covered by an empty tmpfs owned by root (the options: its mode and the most it
+# may hold, counted in the learner's memory). First every folder directly under / but the
+# system's own (kvhub.SYSTEM_FOLDERS: /usr, /etc, /var, ...): /root, /srv, /opt, /mnt, and
+# whatever holds this checkout or another copy of the course (a staff member's clone with
+# its solutions in /srv or /work is not there); then what inside the system folders is
+# shared between accounts. A copy of the course kept under /usr or /var stays visible: keep
+# checkouts out of them.
+HIDE = {folder: "mode=0755,size=1m" for folder in kvhub.beyond_the_system()}
+HIDE |= {
     str(REPO): "mode=0755,size=1m",  # the checkout: staff/, notebooks/, tests/, build/, .git
     "/tmp": "mode=1777,size=512m",  # a private /tmp (others' scratch copies of lessons)
     "/var/tmp": "mode=1777,size=64m",
@@ -107,13 +115,18 @@ HIDE = {
     HOMES: "mode=0755,size=1m",  # other homes are 0700 anyway; now they are not there
     str(STATE): "mode=0700,size=1m",  # the hub's database, cookie secret and passwords
 }
-# ...and these are bound back from where they are: the course environment (this Python's
-# venv), the learners' package and its data, the learners' Lab settings (all read-only), and
-# nbgrader's exchange (as it is, with its modes); server_preexec adds the learner's own home.
-# The venv still names kvstaff (an editable install pointing into staff/), which is not there.
+# ...and these are bound back from where they are: the Python the course environment is made
+# from (e.g. pyenv's, under /root) and the environment itself (this Python's venv), the
+# learners' package and its data, the learners' Lab settings (all read-only), and nbgrader's
+# exchange (as it is, with its modes); server_preexec adds the learner's own home. The venv
+# still names kvstaff (an editable install pointing into staff/), which is not there.
 LEARNER_VIEW = kvhub.View(
     hide=HIDE,
-    read_only=(sys.prefix, *(str(REPO / p) for p in ("attnlib", "data", "jupyter/hub-learner"))),
+    read_only=(
+        str(kvhub.python_prefix()),
+        sys.prefix,
+        *(str(REPO / p) for p in ("attnlib", "data", "jupyter/hub-learner")),
+    ),
     writable=(EXCHANGE,),
     own_processes=True,  # its /proc lists the learner's own processes only (hidepid=2)
 )

@@ -13,6 +13,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 import urllib.error
@@ -132,6 +133,13 @@ class Hub:
         self.scratch.parent.mkdir()
         shutil.copyfile(LESSON_05, self.scratch)
         os.chmod(self.scratch, 0o644)
+        # and a staff member's clone of the course, readable by all, in a folder of its own
+        # directly under / that no configuration names (as a second checkout would be)
+        self.stray = Path(tempfile.mkdtemp(prefix="kvi-stray-clone-", dir="/"))
+        os.chmod(self.stray, 0o755)
+        shutil.copytree(ROOT / "notebooks", self.stray / "notebooks")
+        for path in (self.stray / "notebooks").rglob("*"):
+            os.chmod(path, 0o755 if path.is_dir() else 0o644)
         self.env = dict(
             os.environ,
             KV_HUB_ROSTER=str(self.roster_path),
@@ -196,6 +204,8 @@ class Hub:
         if self.cap is not None:
             self.cap.remove()
         hub.remove_accounts(self.roster, echo=lambda *_: None)
+        if getattr(self, "stray", None) is not None:
+            shutil.rmtree(self.stray, ignore_errors=True)
 
 
 # ---- the real hub ---------------------------------------------------------------------------

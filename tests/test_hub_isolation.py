@@ -12,7 +12,8 @@ flow through the same hub and spawner. The attacks:
 
 * **a probe** (tests/hub_isolation_probe.py) as a learner: read lesson 05's answer keys and
   the lessons with their solutions by path, the git history, a staff member's scratch copy
-  in /tmp, another learner's home; ``import kvstaff.grader.answer_keys`` in a python, in
+  in /tmp, a staff member's clone of the course in a folder directly under / that no
+  configuration names (a second checkout, as CI's machine has), another learner's home; ``import kvstaff.grader.answer_keys`` in a python, in
   bash and in the course kernel; unmount the cover from a user namespace of its own; go
   through ``/proc/PID/root``; search the whole file system it can list for notebooks with
   ``### BEGIN SOLUTION``. The same probe run as the same learner *without* the spawner
@@ -85,12 +86,18 @@ def probe_request(h: Hub, **extra) -> dict:
         str(ROOT / ".git" / "HEAD"),
         str(ROOT / "tests"),
         str(h.scratch),
+        str(stray_lesson(h)),
         str(h.home(BOB)),
         str(h.home(TEACH)),
         str(h.home(TEACH) / hub.COURSE_ID),
         str(h.state / "admin_password"),
     ]
     return dict(paths=paths, keys=str(KEYS), repo=str(ROOT), **extra)
+
+
+def stray_lesson(h: Hub) -> Path:
+    """Lesson 05 with its solutions in the staff member's clone directly under /."""
+    return h.stray / "notebooks" / LESSON_05.name
 
 
 @pytest.fixture(scope="module")
@@ -168,12 +175,14 @@ def test_the_hub_starts_every_server_through_the_course_spawner(hub_box):
     assert set(info["cgroups"]) == {"memory", "pids", "cpu"}
 
 
-def test_a_learner_can_neither_read_nor_import_any_answer_key_or_solution(probes):
+def test_a_learner_can_neither_read_nor_import_any_answer_key_or_solution(probes, hub_box):
     res = probes["learner"]
     assert res["uid"] == pwd.getpwnam(MALLORY).pw_uid
     assert not [p for p, v in res["paths"].items() if v == "READ"], res["paths"]
     # the checkout is not in the learner's world at all, apart from what its server needs
     assert res["paths"][str(KEYS)] == res["paths"][str(LESSON_05)] == "FileNotFoundError"
+    # nor is any folder directly under / but the system's: a clone nobody configured is gone
+    assert res["paths"][str(stray_lesson(hub_box))] == "FileNotFoundError"
     # import in a python (a terminal's), cat in bash, and in the course kernel
     assert res["imports"]["python"]["rc"] != 0
     assert "No module named 'kvstaff'" in res["imports"]["python"]["err"]
@@ -212,12 +221,14 @@ def test_a_learner_cannot_undo_the_view(probes):
     assert esc["processes_seen"] < probes["unconfined"]["escape"]["processes_seen"]
 
 
-def test_the_same_probe_without_the_learners_view_finds_everything(probes):
+def test_the_same_probe_without_the_learners_view_finds_everything(probes, hub_box):
     """The probes are not blind: run as the same learner account outside its server's
     view, they read the answer keys, the lessons, the scratch copy and find the solutions."""
     res = probes["unconfined"]
-    for p in (KEYS, LESSON_05):
+    for p in (KEYS, LESSON_05, stray_lesson(hub_box)):
         assert res["paths"][str(p)] == "READ"
+    # its search finds the solutions in the stray clone too
+    assert any(Path(p).is_relative_to(hub_box.stray) for p in res["search"]["marked"])
     assert res["imports"]["python"]["rc"] == 0
     found = set().union(*map(set, res["search"]["marked"].values()))
     assert our_solutions() <= found
@@ -275,7 +286,8 @@ def test_the_real_hub_starts_a_learners_server_in_its_view_with_its_limits(hub_b
         world = Path(f"/proc/{pid}/root")
         assert not (world / KEYS.relative_to("/")).exists()
         assert not (world / LESSON_05.relative_to("/")).exists()
-        assert (world / "work" / ROOT.relative_to("/work") / "attnlib" / "__init__.py").exists()
+        assert (world / ROOT.relative_to("/") / "attnlib" / "__init__.py").exists()
+        assert not (world / stray_lesson(h).relative_to("/")).exists()
         # links planted in her home, read through her server's contents API
         home, pw = h.home(MALLORY), pwd.getpwnam(MALLORY)
         targets = {"keys": KEYS, "lesson": LESSON_05, "attnlib": ROOT / "attnlib" / "__init__.py"}

@@ -69,6 +69,8 @@ __all__ = [
     "HubError",
     "ServerLimits",
     "View",
+    "SYSTEM_FOLDERS",
+    "beyond_the_system",
     "Person",
     "Roster",
     "RosterError",
@@ -145,6 +147,37 @@ _KEPT_FLAGS = {
     os.ST_NODIRATIME: MS_NODIRATIME,
     os.ST_RELATIME: MS_RELATIME,
 }
+
+
+# The folders directly under / that a learner's server keeps: the operating system's own.
+# Everything else there (/home, /root, /srv, /opt, /mnt, /media, a checkout's /work or
+# /check, any folder someone makes tomorrow) is hidden unless named: a copy of the course
+# that nobody listed (a staff member's clone, a second checkout) is not in a learner's world.
+SYSTEM_FOLDERS = (
+    "bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "run", "sbin", "sys",
+    "usr", "var",
+)  # fmt: skip
+
+
+def beyond_the_system(top: str | Path = "/", keep: tuple[str, ...] = SYSTEM_FOLDERS) -> list[str]:
+    """Every folder directly under ``top`` but those named in ``keep`` (and links, which
+    lead into a kept one or to a folder listed here anyway): what a view that hides all but
+    the operating system covers.
+
+    >>> import tempfile
+    >>> top = Path(tempfile.mkdtemp())
+    >>> for name in ("usr", "etc", "srv", "clone-of-the-course"):
+    ...     (top / name).mkdir()
+    >>> (top / "bin").symlink_to("usr")
+    >>> (top / "notes.txt").write_text("a file is no folder")
+    19
+    >>> [Path(p).name for p in beyond_the_system(top)]
+    ['clone-of-the-course', 'srv']
+    """
+    top = Path(top)
+    return sorted(
+        str(p) for p in top.iterdir() if p.name not in keep and p.is_dir() and not p.is_symlink()
+    )
 
 
 @dataclass(frozen=True)
