@@ -13,14 +13,15 @@ flow through the same hub and spawner. The attacks:
 * **a probe** (tests/hub_isolation_probe.py) as a learner: read lesson 05's answer keys and
   the lessons with their solutions by path, the git history, a staff member's scratch copy
   in /tmp, a staff member's clone of the course in a folder directly under / that no
-  configuration names (a second checkout, as CI's machine has), another learner's home; ``import kvstaff.grader.answer_keys`` in a python, in
-  bash and in the course kernel; unmount the cover from a user namespace of its own; go
-  through ``/proc/PID/root``; search the whole file system it can list for notebooks with
-  ``### BEGIN SOLUTION``. The same probe run as the same learner *without* the spawner
-  (setpriv, in the hub's view) reads all of it: the probe finds what is there. As the
-  instructor it reads and imports the staff side (their server keeps the checkout). On the
-  real hub: links the learner plants in her home, read through her server's contents API,
-  and the import in a kernel her real server starts.
+  configuration names (a second checkout, as CI's machine has), another learner's home;
+  ``import kvstaff.grader.answer_keys`` in a python, in bash and in the course kernel;
+  unmount the cover from a user namespace of its own; go through ``/proc/PID/root``; search
+  the whole file system it can list for notebooks with ``### BEGIN SOLUTION``. The same
+  probe run as the same learner *without* the spawner (setpriv, in the hub's view) reads all
+  of it: the probe finds what is there. As the instructor it reads and imports the staff
+  side (their server keeps the checkout). On the real hub: links the learner plants in her
+  home, read through her server's contents API, and the import in a kernel her real server
+  starts.
 * **a fork bomb** (bounded: a budget of its own, a deadline, and the test's own cgroup
   around everything the stand-in starts) and **a 30 GB allocation** as one learner, while
   another learner's Jupyter server answers its API and the grader's sandbox starts a
