@@ -91,6 +91,32 @@ def project_python() -> str:
 
 
 @pytest.fixture
+def graders_feedback(monkeypatch):
+    """Checks that give the grader's feedback (``ATTNLIB_FEEDBACK=record``): every failure
+    names its causes and ends with the ids at once, from a fresh memory. For the tests of
+    what a diagnosis says; tests/test_feedback_steps.py tests the learner's steps."""
+    from attnlib import checks
+    from attnlib.checks.protocol import FEEDBACK_ENV
+
+    monkeypatch.setenv(FEEDBACK_ENV, "record")
+    checks.forget()
+    yield
+    checks.forget()
+
+
+@pytest.fixture
+def learners_feedback(monkeypatch):
+    """Checks that give a learner's feedback in steps (question first), from a fresh memory."""
+    from attnlib import checks
+    from attnlib.checks.protocol import FEEDBACK_ENV
+
+    monkeypatch.delenv(FEEDBACK_ENV, raising=False)
+    checks.forget()
+    yield
+    checks.forget()
+
+
+@pytest.fixture
 def three_threads():
     """torch on 3 threads for the test (restored after): `make test` runs with
     OMP_NUM_THREADS=1, and a test that a setting of 1 thread is undone needs another one."""

@@ -35,8 +35,15 @@ def get_json(url: str, token: str, timeout: float = 5.0):
 
 
 @contextlib.contextmanager
-def running_lab(runtime: Path, start_timeout: float, stop_timeout: float = 20.0):
-    """Yield ``{"base", "token", "status"}`` of a JupyterLab serving the repository.
+def running_lab(
+    runtime: Path,
+    start_timeout: float,
+    stop_timeout: float = 20.0,
+    root: Path = ROOT,
+    extra_args: tuple[str, ...] = (),
+):
+    """Yield ``{"base", "token", "status"}`` of a JupyterLab serving ``root`` (the
+    repository; a learner's workbook folder for the learner's view), with ``extra_args``.
 
     ``runtime`` is a private folder for the server's runtime files, workspaces, user config
     and user settings (no clash with a lab the user runs, nothing read from or written to
@@ -55,12 +62,13 @@ def running_lab(runtime: Path, start_timeout: float, stop_timeout: float = 20.0)
         f"--port={port}",
         "--ip=127.0.0.1",
         f"--IdentityProvider.token={token}",
-        f"--ServerApp.root_dir={ROOT}",
+        f"--ServerApp.root_dir={root}",
         "--ServerApp.port_retries=0",
         f"--LabApp.workspaces_dir={runtime / 'workspaces'}",
     ]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-root")
+    cmd += list(extra_args)
     env = dict(
         os.environ,
         JUPYTER_RUNTIME_DIR=str(runtime),

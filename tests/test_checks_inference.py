@@ -23,6 +23,9 @@ from attnlib.checks import get_exercise
 from attnlib.checks._core import Learner
 from attnlib.masks import causal_mask
 
+# what a diagnosis says, as the grader gives it (the learner's steps: test_feedback_steps.py)
+pytestmark = pytest.mark.usefixtures("graders_feedback")
+
 # ----------------------------------------------------------------------------------------
 # Helpers a learner would have written earlier in the lesson
 # ----------------------------------------------------------------------------------------
@@ -580,8 +583,9 @@ def test_two_mistakes_get_two_measured_lines():
         checks.check("attend", divided_by_d_k_and_masked_after)
     message = str(err.value)
     assert "Probable mistakes:" in message
-    assert "[scale-not-sqrt] Measured: " in message and "1/16 = 1/d_k" in message
-    assert "[mask-after-softmax] Measured: " in message and "sum to [" in message
+    assert message.count("Measured: ") == 2
+    assert "Cause [scale-not-sqrt]: " in message and "1/16 = 1/d_k" in message
+    assert "Cause [mask-after-softmax]: " in message and "sum to [" in message
 
 
 # ----------------------------------------------------------------------------------------

@@ -246,7 +246,7 @@ def test_settings_rebuild_each_misconception(name):
 
 
 @pytest.mark.parametrize(("name", "ids", "fn"), PAIRS)
-def test_co_occurring_mistakes_are_diagnosed_as_exactly_both(name, ids, fn):
+def test_co_occurring_mistakes_are_diagnosed_as_exactly_both(name, ids, fn, graders_feedback):
     expected = _in_registry_order(name, ids)
     report = checks.run(name, fn)
     assert not report.ok
@@ -256,8 +256,10 @@ def test_co_occurring_mistakes_are_diagnosed_as_exactly_both(name, ids, fn):
         checks.check(name, fn)
     message = str(err.value)
     assert message.splitlines()[-1] == checks.result_line(name, expected)
-    for mid in expected:
-        assert f"[{mid}] Measured: " in message and checks.explanation(name, mid) in message
+    details = {f.id: f.detail for f in report.findings}
+    for mid in expected:  # as the grader records it: each cause named, with its measurement
+        assert f"Cause [{mid}]: {checks.explanation(name, mid)}" in message
+        assert f"Measured: {details[mid]}" in message
 
 
 def test_there_are_pairs_for_every_exercise_with_independent_choices():
@@ -267,19 +269,27 @@ def test_there_are_pairs_for_every_exercise_with_independent_choices():
 
 
 @pytest.mark.parametrize(("name", "mid", "index", "variant"), VARIANTS)
-def test_check_on_variant_names_the_misconception_and_explains_it(
-    name, mid, index, variant, capsys
+def test_check_on_variant_asks_first_then_names_the_misconception(
+    name, mid, index, variant, capsys, learners_feedback
 ):
     if get_exercise(name).blind:  # a wrong answer passes the lesson's check, unnamed
         checks.check(name, variant)
         shown = capsys.readouterr().out
         assert f"[{mid}]" not in shown and checks.explanation(name, mid) not in shown
         return
+    question = next(m.question for m in get_exercise(name).misconceptions if m.id == mid)
+    # the first failure: what was measured and the question, not the cause
     with pytest.raises(AssertionError) as err:
         checks.check(name, variant)
-    message = str(err.value)
-    assert f"[{mid}]" in message
-    assert checks.explanation(name, mid) in message
+    first = str(err.value)
+    assert question in first
+    assert f"[{mid}]" not in first and checks.explanation(name, mid) not in first
+    # the same mistake again: the cause, named
+    with pytest.raises(AssertionError) as err:
+        checks.check(name, variant)
+    second = str(err.value)
+    assert f"[{mid}]" in second
+    assert checks.explanation(name, mid) in second
     assert capsys.readouterr().out == ""  # a failing check prints nothing
 
 

@@ -16,10 +16,12 @@ import contextlib
 import csv
 import io
 import json
+import os
 import re
 import subprocess
 import time
 from pathlib import Path
+from unittest import mock
 
 import nbformat
 import numpy as np
@@ -28,8 +30,10 @@ from nbfixtures import LESSONS, lesson
 
 import attnlib
 from attnlib import checks
+from attnlib.checks.protocol import FEEDBACK_ENV
 from kvstaff import report
 from kvstaff.grader.execution import STDERR_PREFIX
+
 
 A, B = LESSONS  # "01_fixture" (softmax, attend), "02_fixture_masks" (causal_mask, padding_mask)
 
@@ -135,8 +139,13 @@ def _outputs(name, fn) -> list:
                                    traceback=[f"AssertionError: {HIDDEN_FAILURE}"]),
         ]  # fmt: skip
     out, err_out = io.StringIO(), io.StringIO()
+    checks.forget()  # each graded notebook runs in a fresh kernel of its own
     try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err_out):
+        with (
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(err_out),
+            mock.patch.dict(os.environ, {FEEDBACK_ENV: "record"}),  # as the grader's kernel
+        ):
             checks.check(name, fn)
         if err_out.getvalue():  # not written yet: one line on stderr, then the hidden tests fail
             shown = "".join(f"{STDERR_PREFIX}{ln}\n" for ln in err_out.getvalue().splitlines())

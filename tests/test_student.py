@@ -2,12 +2,15 @@
 
 Run on fixture lessons (in the course's nbgrader markup) and on every real lesson in
 notebooks/: no solution line and no hidden test survives; outputs are cleared; solution
-regions become ``raise NotImplementedError()``; edited notebooks are skipped and reported;
-untouched ones are regenerated when the lesson changes.
+regions become ``raise NotImplementedError()``; no note for lecturers is in a learner's
+copy; edited notebooks are skipped and reported; untouched ones are regenerated when the
+lesson changes; the read-only solutions copies beside them keep the solutions and outputs,
+never a hidden test or a note.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -44,7 +47,11 @@ def _assert_student_version(src_path, dest_path):
         if c.cell_type == "code"
     )
     assert text.count("raise NotImplementedError()") >= n_solutions
-    assert [c.cell_type for c in out.cells] == [c.cell_type for c in src.cells]
+    # every cell of the lesson but its notes for lecturers, in order
+    kept = [c for c in src.cells if not student.is_lecturer_note(c)]
+    assert [c.cell_type for c in out.cells] == [c.cell_type for c in kept]
+    assert not any(student.is_lecturer_note(c) for c in out.cells)
+    assert "For lecturers" not in "\n".join(c.source for c in out.cells)
 
 
 def _code_outside_solutions(nb):
@@ -135,8 +142,35 @@ def test_make_student_on_every_lesson(tmp_path, root, python):
     )
     lessons = sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb"))
     assert run.stdout.count("wrote") == len(lessons)
+    notes = 0
     for p in lessons:
         _assert_student_version(p, wb / p.name)
+        notes += sum(student.is_lecturer_note(c) for c in nbformat.read(p, as_version=4).cells)
+        _assert_solutions_copy(p, wb / "solutions" / p.name)
+    assert notes > 100  # the lessons do carry notes for lecturers: they were left out
+
+
+def _assert_solutions_copy(src_path, path):
+    src = nbformat.read(src_path, as_version=4)
+    sol = nbformat.read(path, as_version=4)
+    assert not path.stat().st_mode & 0o222, f"{path} is writable"
+    text = _code(sol)
+    for line in solution_lines(src):
+        assert line in text, f"{path.name}: the solution line {line!r} is missing"
+    for line in hidden_lines(src):
+        if line not in _code_outside_hidden(src):
+            assert line not in text, f"hidden test in {path.name}: {line}"
+    assert not any(student.is_lecturer_note(c) for c in sol.cells)
+    kept = [c for c in src.cells if not student.is_lecturer_note(c)]
+    assert [c.outputs for c in sol.cells if c.cell_type == "code"] == [
+        c.outputs for c in kept if c.cell_type == "code"
+    ]
+
+
+def _code_outside_hidden(nb):
+    import re
+
+    return re.sub(r"### BEGIN HIDDEN TESTS\n.*?### END HIDDEN TESTS", "", _code(nb), flags=re.S)
 
 
 def _fresh(src_dir, wb, python):
@@ -169,6 +203,16 @@ def test_the_quick_check_agrees_with_the_tool_and_imports_nothing_heavy(tmp_path
     (wb / first.name).unlink()
     student.main([str(src_dir), str(wb)])
     assert _fresh(src_dir, wb, python).returncode == 0
+
+    (wb / "solutions" / second.name).unlink()  # a solutions copy gone: the tool must look
+    assert _fresh(src_dir, wb, python).returncode == 1
+    student.main([str(src_dir), str(wb)])
+    assert _fresh(src_dir, wb, python).returncode == 0
+    manifest = json.loads((wb / ".generated.json").read_text())  # copies by an older rule
+    manifest[second.name]["rule"] = 1
+    (wb / ".generated.json").write_text(json.dumps(manifest))
+    assert _fresh(src_dir, wb, python).returncode == 1
+    student.main([str(src_dir), str(wb)])
 
     nb = nbformat.read(second, as_version=4)  # the lesson changes: the tool must look
     nb.cells[0].source += "\n\nNew."

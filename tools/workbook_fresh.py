@@ -6,9 +6,10 @@
 `make lab` asks this first, so that a warm start does not import torch, nbformat and
 nbgrader (~10 s) only to find that all the copies are current. A lesson is up to date when
 workbook/.generated.json records, for it, the SHA-256 of the lesson file it was made from
-(unchanged since) and the hash of the cells it was written with, and the copy's cells
-(types and sources; outputs are not hashed) still hash the same — the rule
-``kvstaff.student`` applies, computed here on the notebook's JSON.
+(unchanged since), the rule the copy was made by and the hash of the cells it was written
+with, the copy's cells (types and sources; outputs are not hashed) still hash the same —
+the rule ``kvstaff.student`` applies, computed here on the notebook's JSON — and its
+read-only solutions copy is there as written.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import sys
 from pathlib import Path
 
 MANIFEST = ".generated.json"
+RULE = 2  # kvstaff.student.RULE: the rule the copies were made by
+SOLUTIONS = "solutions"  # kvstaff.student.SOLUTIONS: the read-only solutions beside them
 LESSON_RE = re.compile(r"^\d\d_[A-Za-z0-9_]+\.ipynb$")
 
 
@@ -46,11 +49,15 @@ def stale(notebooks: Path, workbook: Path) -> list[str]:
     for src in lessons:
         entry, copy = manifest.get(src.name), workbook / src.name
         try:
+            solutions = workbook / SOLUTIONS / src.name
             fresh = (
                 isinstance(entry, dict)
+                and entry.get("rule") == RULE
                 and entry.get("source") == hashlib.sha256(src.read_bytes()).hexdigest()
                 and copy.is_file()
                 and json_cell_hash(copy) == entry.get("cells")
+                and solutions.is_file()
+                and hashlib.sha256(solutions.read_bytes()).hexdigest() == entry.get("solutions")
             )
         except (OSError, ValueError, KeyError, TypeError):
             fresh = False

@@ -1,11 +1,18 @@
 """Exercise checks that name the mistake.
 
 ``check(exercise, fn)`` runs a learner's function on fixed and random cases against the
-reference. When it is right it prints one short line; when it is wrong it raises
-``AssertionError`` whose message names the probable misconception and how to fix it; when
-it is not written yet it says so in one line and the lesson goes on. The cells after an
-exercise call ``yours_or_reference(exercise, fn)``: the learner's function once written,
-the course's version (with a one-line note) until then.
+reference. When it is right it prints one short line; when it is not written yet it says so
+in one line and the lesson goes on; when it is wrong it raises ``AssertionError`` whose
+message gives feedback in steps: first what it measured and a question that points at it
+(``Misconception.question``); the named cause (``Misconception.explanation``) when the same
+mistake shows again in this kernel, or on request with ``hint(exercise)``. A failure no known
+mistake explains is localised instead: the smallest failing case, its first differing
+entry, and the properties of the expected output the function keeps or breaks. In the
+grader's kernel (``ATTNLIB_FEEDBACK=record``) the causes are named at once and the message
+ends with the ids the class report reads back. ``forget()`` starts the steps afresh.
+
+The cells after an exercise call ``yours_or_reference(exercise, fn)``: the learner's
+function once written, the course's version (with a one-line note) until then.
 ``diagnose(exercise, fn)`` returns the identifiers of the misconceptions the function's
 behaviour matches (empty for a correct function).
 
@@ -27,6 +34,8 @@ import sys
 import warnings
 from collections.abc import Callable
 
+import numpy as np
+
 from attnlib._validate import type_name
 from attnlib.checks._core import (
     Case,
@@ -46,8 +55,10 @@ from attnlib.checks._core import (
     result_line,
     run,
 )
+from attnlib.checks.protocol import FEEDBACK_ENV
 
 __all__ = [
+    "FEEDBACK_ENV",
     "Case",
     "Exercise",
     "Finding",
@@ -60,10 +71,13 @@ __all__ = [
     "diagnose",
     "exercises",
     "explanation",
+    "forget",
     "get_exercise",
+    "hint",
     "part",
     "parts",
     "read_results",
+    "recording",
     "register",
     "result_line",
     "run",
@@ -174,27 +188,142 @@ def check(exercise: str, fn: Callable) -> None:
     whole = get_exercise(exercise).part_of
     if whole is not None:
         lines.append(f"(This cell grades one part of {whole}: {get_exercise(exercise).summary}.)")
-    if report.misconceptions:
-        lines.append(
-            "Probable mistakes:" if len(report.misconceptions) > 1 else "Probable mistake:"
-        )
-        details = {f.id: f.detail for f in report.findings}
-        for mid in report.misconceptions:
-            measured = details.get(mid, "")
-            if measured:
-                lines.append(f"  [{mid}] Measured: {measured}")
-                lines.append(f"      {explanation(exercise, mid)}")
-            else:
-                lines.append(f"  [{mid}] {explanation(exercise, mid)}")
-    else:
-        lines.append(
-            "This does not match any of the classic mistakes the check knows; compare your "
-            "shapes with the docstring and print your output for a tiny input."
-        )
+    lines += _feedback(exercise, report, record=recording())
     if note:
         lines.append(note)
-    lines.append(result_line(name, report.misconceptions))
     raise AssertionError("\n".join(lines))
+
+
+# ---- feedback in steps ------------------------------------------------------------------
+#
+# A failing check first says what it measured and asks a question that points at it; the
+# cause is named when the same mistake shows again in this kernel, or on request
+# (:func:`hint`). The grader's kernel sets FEEDBACK_ENV to "record": there the first failure
+# names the causes and ends with the ids, which the class report reads back.
+
+_asked: dict[str, set[str]] = {}  # exercise -> the mistakes whose question was shown
+_last: dict[str, Report] = {}  # exercise -> its last failing report in this kernel
+
+
+def recording() -> bool:
+    """True in the grader's kernel (``ATTNLIB_FEEDBACK=record``): causes named at once."""
+    import os
+
+    return os.environ.get(FEEDBACK_ENV, "") == "record"
+
+
+def forget(exercise: str | None = None) -> None:
+    """Forget which questions were asked (for ``exercise``, or all): the next failure asks again."""
+    for store in (_asked, _last):
+        if exercise is None:
+            store.clear()
+        else:
+            store.pop(exercise, None)
+
+
+def _cause_lines(exercise: str, report: Report, ids: list[str]) -> list[str]:
+    details = {f.id: f.detail for f in report.findings}
+    lines = []
+    for mid in ids:
+        lines.append(f"  Cause [{mid}]: {explanation(exercise, mid)}")
+        if details.get(mid):
+            lines.append(f"      Measured: {details[mid]}")
+    return lines
+
+
+def _locate_lines(exercise: str, report: Report) -> list[str]:
+    from attnlib.checks._locate import locate
+
+    ex = get_exercise(exercise)
+    try:
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            found = locate(report.failures, ex.rtol, ex.atol)
+    except Exception:  # noqa: BLE001 - a learner's odd output must not break the message
+        found = []
+    return [
+        "No mistake the check knows explains this; here is where it goes wrong:",
+        *[f"  {line}" for line in found],
+        "  Redo the smallest case by hand (or print your intermediate arrays for it) and "
+        "compare entry by entry.",
+    ]
+
+
+def _feedback(exercise: str, report: Report, record: bool) -> list[str]:
+    """The lines after the first: step one (measured + questions) or step two (causes)."""
+    name = get_exercise(exercise).name
+    ids = list(report.misconceptions)
+    _last[exercise] = report
+    if not ids:
+        return [*_locate_lines(exercise, report), result_line(name, ids)]
+    asked = _asked.setdefault(exercise, set())
+    again = [m for m in ids if m in asked]
+    new = [m for m in ids if m not in asked]
+    asked.update(ids)
+    lines: list[str] = []
+    named = ids if record else again
+    if named:
+        lines.append("Probable mistakes:" if len(named) > 1 else "Probable mistake:")
+        lines += _cause_lines(exercise, report, named)
+    ask = [] if record else new
+    if ask:
+        details = {f.id: f.detail for f in report.findings}
+        lines.append(
+            "What the check measured, and a question:"
+            if len(ask) == 1
+            else "What the check measured, and questions:"
+        )
+        for mid in ask:
+            if details.get(mid):
+                lines.append(f"  Measured: {details[mid]}")
+            lines.append(f"  ? {_question(exercise, mid)}")
+        lines.append(
+            f"Change your function and run this check again: if the same mistake is still "
+            f"there, the check names it. To see the cause now: checks.hint({exercise!r})"
+        )
+    if record or not ask:
+        lines.append(result_line(name, ids))
+    else:
+        lines.append(f"Diagnosis for {name}: not named yet (a question first)")
+    return lines
+
+
+def _question(exercise: str, mid: str) -> str:
+    for m in get_exercise(exercise).misconceptions:
+        if m.id == mid:
+            return m.question or "What does your output do differently on this case?"
+    return "What does your output do differently on this case?"
+
+
+def hint(exercise: str) -> None:
+    """Print the named cause of ``exercise``'s last failing check in this kernel.
+
+    Step two of a check's feedback, on request: the mistakes its last failure measured,
+    each with its cause (or, when no known mistake explains it, where the output goes
+    wrong). Nothing to say before the check has failed once.
+
+    Examples
+    --------
+    >>> forget()
+    >>> hint("softmax")
+    softmax: no failing check to explain yet; run checks.check("softmax", ...) first
+    """
+    ex = get_exercise(exercise)
+    report = _last.get(exercise)
+    if report is None:
+        print(
+            f'{ex.name}: no failing check to explain yet; run checks.check("{exercise}", ...) first'
+        )
+        return
+    ids = list(report.misconceptions)
+    _asked.setdefault(exercise, set()).update(ids)
+    lines = [f"{ex.name}, last failure {report.first_failure}"]
+    if ids:
+        lines.append("Probable mistakes:" if len(ids) > 1 else "Probable mistake:")
+        lines += _cause_lines(exercise, report, ids)
+    else:
+        lines += _locate_lines(exercise, report)
+    print("\n".join(lines))
 
 
 def check_hidden(exercise: str, fn: Callable) -> None:

@@ -99,6 +99,13 @@ class Case:
 class Misconception:
     """A classic mistake: its identifier, what a learner reads, and a function making it.
 
+    What a learner reads comes in two steps (:func:`attnlib.checks.check`): ``question``
+    on the first failure that shows this mistake — it points at the symptom the learner
+    can observe and asks what leads to the cause, without naming it; ``explanation`` on a
+    second failure with the same mistake or on request (:func:`attnlib.checks.hint`) —
+    the named cause and why it gives the symptom. Neither holds code that answers the
+    exercise.
+
     ``settings`` (optional) are the keyword arguments of the exercise's ``build`` that make
     this mistake; two misconceptions whose settings share no key can co-occur, and the
     registry tests diagnose ``build(**a.settings, **b.settings)`` as both ids.
@@ -108,6 +115,7 @@ class Misconception:
     explanation: str
     variants: tuple[Callable, ...]
     settings: dict | None = None
+    question: str = ""
 
 
 @dataclass(frozen=True)
@@ -575,6 +583,9 @@ class Report:
     # came from variant matching); inference_error is set if the inference itself broke.
     findings: list[Finding] = field(default_factory=list)
     inference_error: str = ""
+    # every failing case as (case, expected, got, reason), in case order: what
+    # attnlib.checks._locate reads to localise a failure no known mistake explains
+    failures: list[tuple[Case, Any, Any, str]] = field(default_factory=list, repr=False)
 
 
 _REAL_FILES: dict[str, str] = {}
@@ -673,9 +684,10 @@ def run(exercise: str, fn: Callable, *, hidden: bool = False, infer: bool = True
     for case, e, g in zip(cases, expected, got, strict=True):
         agree, why = _same(ex, e, g)
         if not agree:
+            if report.ok:
+                report.first_failure = f"on case '{case.label}': {why}"
             report.ok = False
-            report.first_failure = f"on case '{case.label}': {why}"
-            break
+            report.failures.append((case, e, g, why))
     if report.ok:
         return report
     if infer and ex.infer is not None:

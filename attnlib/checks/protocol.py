@@ -38,6 +38,9 @@ TAMPER_TAG = "[needs-review]"
 REFERENCE_TAG = "[calls-reference]"
 
 EXCHANGE_ENV = "KEY_VECTORS_GRADING_EXCHANGE"
+# "record" in the grader's kernel: a failing check names every cause at once and ends with
+# the ids the class report reads back (attnlib.checks.check; a learner's kernel asks first)
+FEEDBACK_ENV = "ATTNLIB_FEEDBACK"
 MANIFEST = "manifest.json"
 MAX_FILE_BYTES = 64 * 2**20  # one output array
 MAX_EXERCISE_BYTES = 128 * 2**20  # all the arrays of one exercise's hidden cases

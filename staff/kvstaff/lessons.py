@@ -6,11 +6,13 @@
 * :func:`lesson_paths` — every ``NN_name.ipynb`` of a notebooks folder, in lesson order;
 * :func:`lesson_info` / :func:`discover_lessons` — the same with each lesson's number,
   title and time estimate read from the notebook;
-* :func:`lesson_length` — how long a lesson's core really is: its words, code cells and
-  exercise minutes, and the time they add up to by the course's rule (:data:`WORDS_PER_MINUTE`
-  of reading, each exercise's own estimate, :data:`MINUTES_PER_CODE_CELL` to read and run a
-  cell). The optional part at a lesson's end (from a ``## Optional`` heading to the further
-  reading) is counted apart.
+* :func:`lesson_length` — how long a lesson's core really is: its words, code cells, figures
+  and exercise minutes, and the time they add up to by the course's rule (:data:`WORDS_PER_MINUTE`
+  of reading, :data:`MINUTES_PER_CODE_CELL` to read and run a cell,
+  :data:`MINUTES_PER_FIGURE` per figure, each exercise's own estimate but at least
+  :data:`MIN_EXERCISE_MINUTES` for its difficulty). The optional part at a lesson's end
+  (from a ``## Optional`` heading to the further reading) is counted apart; the core is at
+  most :data:`MAX_CORE_MINUTES`.
 """
 
 from __future__ import annotations
@@ -25,9 +27,11 @@ __all__ = [
     "Lesson",
     "course_root",
     "Length",
+    "MAX_CORE_MINUTES",
     "MAX_CORE_WORDS",
     "discover_lessons",
     "lesson_info",
+    "exercise_minutes",
     "lesson_length",
     "lesson_paths",
     "stated_minutes",
@@ -139,18 +143,49 @@ def discover_lessons(notebooks: str | Path) -> list[Lesson]:
 # How long a lesson is
 # ----------------------------------------------------------------------------------------
 
-#: Reading speed for technical prose with equations and figures to look at (words/minute).
-#: Plain prose reads at ~240 words/minute; study reading of technical text is slower, and
-#: 150 leaves room for the figures a paragraph points at.
-WORDS_PER_MINUTE = 150
-#: Reading a code cell, running it and looking at what it prints or draws.
-MINUTES_PER_CODE_CELL = 0.2
+#: The rule is calibrated on careful first readings: three expert readers and a learner working
+#: alone each timed the lessons (issue 36) at 1.5-2x what words/150 + 0.2 min per code cell
+#: gave. Study reading of technical prose with maths, pausing on the figure a paragraph points
+#: at, runs at ~100 words/minute (plain prose: ~240).
+WORDS_PER_MINUTE = 100
+#: Reading a code cell, running it and reading what it prints.
+MINUTES_PER_CODE_CELL = 0.5
+#: Looking at a figure a code cell draws (each image in a stored output) until it says
+#: what the prose claims.
+MINUTES_PER_FIGURE = 1.0
+#: The least an exercise takes by its difficulty, whatever its own estimate says: a ★ is
+#: read, written, run and fixed once; a ★★ needs a derivation or a choice; ★★★ both.
+MIN_EXERCISE_MINUTES = {1: 5, 2: 10, 3: 15}
 #: The most words a lesson's core may have; more goes to its optional part or a new lesson.
 MAX_CORE_WORDS = 2500
+#: The longest core a lesson may have, in minutes by the rule: one sitting. What goes
+#: further is its optional part (``## Optional · ...`` after the core), timed apart.
+MAX_CORE_MINUTES = 45
 OPTIONAL_RE = re.compile(r"^##\s+Optional\b")
 END_RE = re.compile(r"^##\s+(Further reading|Summary)\b")
 EXERCISE_TIME_RE = re.compile(r"\*\*Time\*\*\s*:?\s*~?\s*(\d+)\s*min")
+DIFFICULTY_RE = re.compile(r"\*\*Difficulty\*\*\s*:?\s*(★+)")
 STATED_RE = re.compile(r"~\s*(\d+)\s*minutes")
+
+
+def exercise_minutes(markdown: str) -> int:
+    """An exercise's minutes by the rule: its own ``**Time**: ~N min``, but at least
+    :data:`MIN_EXERCISE_MINUTES` for its ``**Difficulty**`` (0 for a cell that is no
+    exercise).
+
+    >>> exercise_minutes("**Difficulty**: ★★ · **Time**: ~6 min")
+    10
+    >>> exercise_minutes("**Difficulty**: ★ · **Time**: ~8 min")
+    8
+    >>> exercise_minutes("A paragraph that mentions **Time** but is no exercise.")
+    0
+    """
+    if "**Difficulty**" not in markdown:
+        return 0
+    own = EXERCISE_TIME_RE.search(markdown)
+    stars = DIFFICULTY_RE.search(markdown)
+    least = MIN_EXERCISE_MINUTES.get(len(stars.group(1)), 15) if stars else 5
+    return max(int(own.group(1)) if own else 0, least)
 
 
 @dataclass(frozen=True)
@@ -159,10 +194,11 @@ class Length:
 
     Attributes
     ----------
-    words, code_cells, exercise_minutes : the core's markdown words, code cells and the sum
-        of its exercises' own ``**Time**: ~N min`` estimates.
-    optional_words, optional_code_cells, optional_exercise_minutes : the same for the
-        optional part (0 when the lesson has none).
+    words, code_cells, figures, exercise_minutes : the core's markdown words, code cells,
+        figures (images in stored outputs) and the sum of its exercises' minutes
+        (:func:`exercise_minutes`).
+    optional_words, optional_code_cells, optional_figures, optional_exercise_minutes : the
+        same for the optional part (0 when the lesson has none).
     """
 
     words: int
@@ -171,20 +207,30 @@ class Length:
     optional_words: int = 0
     optional_code_cells: int = 0
     optional_exercise_minutes: int = 0
+    figures: int = 0
+    optional_figures: int = 0
 
     @staticmethod
-    def _minutes(words: int, code: int, exercises: int) -> float:
-        return words / WORDS_PER_MINUTE + exercises + MINUTES_PER_CODE_CELL * code
+    def _minutes(words: int, code: int, figures: int, exercises: int) -> float:
+        return (
+            words / WORDS_PER_MINUTE
+            + MINUTES_PER_CODE_CELL * code
+            + MINUTES_PER_FIGURE * figures
+            + exercises
+        )
 
     @property
     def minutes(self) -> float:
-        """The core's time: reading + exercises + code cells."""
-        return self._minutes(self.words, self.code_cells, self.exercise_minutes)
+        """The core's time: reading + code cells + figures + exercises."""
+        return self._minutes(self.words, self.code_cells, self.figures, self.exercise_minutes)
 
     @property
     def optional_minutes(self) -> float:
         return self._minutes(
-            self.optional_words, self.optional_code_cells, self.optional_exercise_minutes
+            self.optional_words,
+            self.optional_code_cells,
+            self.optional_figures,
+            self.optional_exercise_minutes,
         )
 
 
@@ -193,38 +239,44 @@ def _source(cell) -> str:
     return "".join(src) if isinstance(src, list) else src
 
 
+def _figures(cell) -> int:
+    return sum(1 for out in cell.get("outputs", []) if "image/png" in out.get("data", {}))
+
+
 def lesson_length(path: str | Path) -> Length:
     """Count a lesson's core and optional part by the course's rule.
 
     The optional part starts at a markdown cell whose first line is a ``## Optional …``
     heading and runs to just before ``## Further reading`` (or ``## Summary``); everything
     else is the core. Words are whitespace-separated tokens of markdown cells (maths and
-    link targets included); exercise minutes are read from the ``**Time**: ~N min`` line of
-    each exercise (a markdown cell with ``**Difficulty**``).
+    link targets included; notes for lecturers are not the learner's reading); figures are
+    the images in the code cells' stored outputs; exercise minutes come from
+    :func:`exercise_minutes` of each exercise (a markdown cell with ``**Difficulty**``).
     """
     import json
 
     path = Path(path)
     cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
-    counts = {False: [0, 0, 0], True: [0, 0, 0]}  # optional? -> words, code cells, minutes
+    # optional? -> words, code cells, figures, exercise minutes
+    counts = {False: [0, 0, 0, 0], True: [0, 0, 0, 0]}
     optional = False
     for cell in cells:
         src = _source(cell)
         first = src.lstrip().split("\n", 1)[0]
         if cell["cell_type"] == "markdown":
             if cell.get("metadata", {}).get("slideshow", {}).get("slide_type") == "notes":
-                continue  # speaker notes ("For lecturers", collapsed): not the learner's reading
+                continue  # speaker notes ("For lecturers"): not the learner's reading
             if OPTIONAL_RE.match(first):
                 optional = True
             elif END_RE.match(first):
                 optional = False
             counts[optional][0] += len(src.split())
-            if "**Difficulty**" in src and (m := EXERCISE_TIME_RE.search(src)):
-                counts[optional][2] += int(m.group(1))
+            counts[optional][3] += exercise_minutes(src)
         elif cell["cell_type"] == "code":
             counts[optional][1] += 1
-    (w, c, e), (ow, oc, oe) = counts[False], counts[True]
-    return Length(w, c, e, ow, oc, oe)
+            counts[optional][2] += _figures(cell)
+    (w, c, f, e), (ow, oc, of, oe) = counts[False], counts[True]
+    return Length(w, c, e, ow, oc, oe, figures=f, optional_figures=of)
 
 
 def stated_minutes(path: str | Path) -> int | None:

@@ -7,7 +7,15 @@
   ``raise NotImplementedError()`` (nbgrader's own ``ClearSolutions``, so the workbook
   matches what ``make release`` hands out),
 * every ``### BEGIN HIDDEN TESTS`` region removed,
-* all outputs and execution counts cleared.
+* every note for lecturers left out (a markdown cell whose slide type is ``notes``: the
+  lecturer's "ask the room" prompts and their expected answers; JupyterLab shows a
+  collapsed cell again whenever Run All renders it, so a note in a learner's copy would not
+  stay out of sight),
+* all outputs and execution counts cleared;
+
+and ``workbook/solutions/NN_topic.ipynb``: the lesson as the instructor has it, solutions
+and outputs included (hidden tests and lecturer notes left out), read-only, rewritten
+whenever the lesson changes: a learner working alone opens it after trying an exercise.
 
 It never overwrites a notebook the learner has edited. ``workbook/.generated.json``
 stores, for each notebook written, a hash of its cells' types and sources as generated
@@ -44,6 +52,39 @@ def cell_hash(nb: nbformat.NotebookNode) -> str:
         h.update(cell.source.encode())
         h.update(b"\1")
     return h.hexdigest()
+
+
+#: The rule learner copies are made by; a copy made by another rule is made again (if the
+#: learner has not edited it). 2: lecturer notes left out, solutions/ written beside.
+RULE = 2
+SOLUTIONS = "solutions"
+
+
+def is_lecturer_note(cell) -> bool:
+    """A note for lecturers: a markdown cell whose slide type is ``notes``."""
+    slide = cell.get("metadata", {}).get("slideshow", {}).get("slide_type")
+    return cell.get("cell_type") == "markdown" and slide == "notes"
+
+
+def without_lecturer_notes(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """``nb`` without its notes for lecturers (a new notebook)."""
+    nb = nbformat.from_dict(json.loads(json.dumps(nb)))
+    nb.cells = [c for c in nb.cells if not is_lecturer_note(c)]
+    return nb
+
+
+def learner_copy(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """What a learner is given: the student version without the notes for lecturers."""
+    return without_lecturer_notes(student_version(nb))
+
+
+def solutions_copy(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """The lesson with its solutions and outputs, hidden tests and lecturer notes left out."""
+    from nbgrader.preprocessors import ClearHiddenTests
+
+    nb = without_lecturer_notes(nb)
+    nb, _ = ClearHiddenTests().preprocess(nb, {})
+    return nb
 
 
 def student_version(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
@@ -88,9 +129,12 @@ def generate(notebooks: Path, workbook: Path) -> Result:
     result = Result()
     for src in lessons:
         dest = workbook / src.name
-        new = student_version(nbformat.read(src, as_version=4))
+        lesson = nbformat.read(src, as_version=4)
+        new = learner_copy(lesson)
         new_hash = cell_hash(new)
         source_sha = hashlib.sha256(src.read_bytes()).hexdigest()
+        solutions_sha = _write_solutions(solutions_copy(lesson), workbook / SOLUTIONS / src.name)
+        entry = {"cells": new_hash, "source": source_sha, "rule": RULE, "solutions": solutions_sha}
         if dest.exists():
             try:
                 current = cell_hash(nbformat.read(dest, as_version=4))
@@ -101,16 +145,29 @@ def generate(notebooks: Path, workbook: Path) -> Result:
                 result.skipped.append(dest)
                 continue
             if current == new_hash:
-                manifest[src.name] = {"cells": new_hash, "source": source_sha}
+                manifest[src.name] = entry
                 result.unchanged.append(dest)
                 continue
         tmp = dest.with_suffix(".ipynb.tmp")
         nbformat.write(new, tmp)
         tmp.replace(dest)
-        manifest[src.name] = {"cells": new_hash, "source": source_sha}
+        manifest[src.name] = entry
         result.written.append(dest)
     manifest_path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return result
+
+
+def _write_solutions(nb: nbformat.NotebookNode, dest: Path) -> str:
+    """Write the read-only solutions copy (ours alone: always rewritten); its SHA-256."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    data = (nbformat.writes(nb) + "\n").encode()
+    if not dest.is_file() or dest.is_symlink() or dest.read_bytes() != data:
+        tmp = dest.with_suffix(".ipynb.tmp")
+        tmp.unlink(missing_ok=True)
+        tmp.write_bytes(data)
+        tmp.chmod(0o444)
+        tmp.replace(dest)
+    return hashlib.sha256(data).hexdigest()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote     {p}")
     for p in result.unchanged:
         print(f"up to date {p}")
+    if result.written or result.unchanged or result.skipped:
+        print(f"solutions (read-only; try each exercise first): {Path(argv[1]) / SOLUTIONS}/")
     for p in result.skipped:
         print(
             f"SKIPPED   {p}: you have edited it (or it was not made by this tool); "

@@ -32,7 +32,13 @@ def is_graded(path: Path) -> bool:
 
 
 def build_source(notebooks: Path, course: Path) -> list[str]:
-    """Copy every graded lesson to build/source/<lesson>/<lesson>.ipynb; return the names."""
+    """Copy every graded lesson to build/source/<lesson>/<lesson>.ipynb; return the names.
+
+    The copy leaves out the notes for lecturers (:func:`kvstaff.student.is_lecturer_note`):
+    what nbgrader releases from it is what learners get, and a note is no grading matter.
+    """
+    from kvstaff.student import without_lecturer_notes
+
     source = Path(course) / SOURCE_DIR
     names = []
     for path in lesson_paths(notebooks):
@@ -40,7 +46,8 @@ def build_source(notebooks: Path, course: Path) -> list[str]:
             continue
         names.append(path.stem)
         dest = source / path.stem / path.name
-        data = path.read_bytes()
+        lesson = without_lecturer_notes(nbformat.read(path, as_version=4))
+        data = (nbformat.writes(lesson) + "\n").encode()
         if not dest.exists() or dest.read_bytes() != data:
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_bytes(data)

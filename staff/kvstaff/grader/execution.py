@@ -29,7 +29,7 @@ from nbclient.exceptions import DeadKernelError
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 from traitlets import Enum, Float, Integer, Unicode
 
-from attnlib.checks.protocol import EXCHANGE_ENV, TAMPER_TAG, process_state
+from attnlib.checks.protocol import EXCHANGE_ENV, FEEDBACK_ENV, TAMPER_TAG, process_state
 from kvstaff.grader.judging import clear_inputs, clear_outputs, judge, write_inputs
 from kvstaff.grader.sandbox import Limits, Sandbox, SandboxKernelManager
 
@@ -282,6 +282,7 @@ class ResilientExecute(Execute):
         else:  # unsafe: a plain local kernel that still finds the exchange folder
             env = dict(km.kernel_spec.env or {})
             env[EXCHANGE_ENV] = str(self._box.exchange)
+            env[FEEDBACK_ENV] = "record"  # causes named at once, ids for the class report
             if threads:
                 env["OMP_NUM_THREADS"] = str(threads)
             km.kernel_spec.env = env

@@ -77,7 +77,7 @@ from pathlib import Path
 
 from jupyter_client.manager import AsyncKernelManager
 
-from attnlib.checks.protocol import EXCHANGE_ENV
+from attnlib.checks.protocol import EXCHANGE_ENV, FEEDBACK_ENV
 
 __all__ = [
     "Limits",
@@ -628,6 +628,9 @@ def command(
         "MPLCONFIGDIR": "/tmp/matplotlib",
         "IPYTHONDIR": "/tmp/ipython",
         EXCHANGE_ENV: str(sandbox.exchange),
+        # the checks name every mistake's cause at once and end with its ids, which the
+        # class report reads back (a learner's own kernel asks a question first)
+        FEEDBACK_ENV: "record",
     }
     if threads:
         env |= {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
