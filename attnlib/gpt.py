@@ -7,7 +7,8 @@
 * :func:`gpt2_config` and :func:`gpt2_state_dict` — the same model as Hugging Face's
   ``GPT2LMHeadModel``: its config and its weights under GPT-2's names (``tests/
   test_hf_equivalence.py`` proves the logits, the cached keys and values and the generated
-  tokens equal);
+  tokens equal); :func:`run_gpt2` — what ``GPT2LMHeadModel`` computes with a given state
+  dict (lesson 15's exercise 15.2 hands it the learner's own mapping);
 * :func:`stream_gradients` — how large the loss's gradient is on the residual stream at
   the entry of every block (with and without the residual path).
 
@@ -27,7 +28,7 @@ from attnlib._validate import check_array, check_instance, check_int, check_numb
 from attnlib.block import LAYER_NORM_EPS, DecoderBlock, LayerNorm
 from attnlib.kv_cache import KVCache
 
-__all__ = ["GPT", "gpt2_config", "gpt2_state_dict", "stream_gradients"]
+__all__ = ["GPT", "gpt2_config", "gpt2_state_dict", "run_gpt2", "stream_gradients"]
 
 
 class GPT(nn.Module):
@@ -363,6 +364,69 @@ def gpt2_state_dict(model: GPT) -> dict[str, torch.Tensor]:
             lin = getattr(block.mlp, name)
             sd[p + f"mlp.{name}.weight"], sd[p + f"mlp.{name}.bias"] = lin.weight.T, lin.bias
     return {k: v.detach().clone().contiguous() for k, v in sd.items()}
+
+
+def _check_run_gpt2(model, weights, tokens) -> None:
+    fn = "run_gpt2"
+    check_instance(fn, "model", model, GPT, "an attnlib.gpt.GPT")
+    check_instance(fn, "weights", weights, dict, "a dict of GPT-2 name -> tensor")
+    _check_tokens(fn, tokens, model.vocab_size)
+    if tokens.shape[1] > model.max_len:
+        raise ValueError(f"{fn}: seq={tokens.shape[1]} exceeds max_len={model.max_len}")
+
+
+@validated(_check_run_gpt2)
+def run_gpt2(model: GPT, weights: dict, tokens: torch.Tensor) -> tuple:
+    """What Hugging Face's ``GPT2LMHeadModel`` computes with the given weights.
+
+    Builds ``GPT2LMHeadModel(GPT2Config(**gpt2_config(model)))`` locally (nothing is
+    downloaded), in the dtype of ``model``'s weights, loads ``weights`` with
+    ``load_state_dict(strict=True)`` (every name GPT-2 has, nothing else, every shape
+    right) and runs it on ``tokens`` with its cache. Lesson 15's exercise 15.2 hands it
+    the learner's mapping of the course model's weights to GPT-2's names.
+
+    Parameters
+    ----------
+    model : GPT
+        Gives the architecture (:func:`gpt2_config`) and the dtype.
+    weights : dict of str -> Tensor
+        GPT-2's state dict, e.g. :func:`gpt2_state_dict` of ``model``.
+    tokens : LongTensor of shape (batch, seq)
+
+    Returns
+    -------
+    logits : Tensor of shape (batch, seq, vocab_size)
+    keys, values : Tensor of shape (n_layers, batch, n_heads, seq, d_head)
+        What ``past_key_values`` holds after the call, layer by layer.
+
+    Raises
+    ------
+    RuntimeError
+        From ``load_state_dict``, naming every missing or unexpected name and every
+        tensor of the wrong shape.
+
+    Examples
+    --------
+    >>> model = GPT(vocab_size=11, d_model=16, n_heads=4, n_layers=2, max_len=32).double().eval()
+    >>> tokens = torch.tensor([[1, 2, 3]])
+    >>> logits, keys, values = run_gpt2(model, gpt2_state_dict(model), tokens)
+    >>> bool((logits - model(tokens)).abs().max() < 1e-10), tuple(keys.shape)
+    (True, (2, 1, 4, 3, 4))
+    """
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the config is built here: no network
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = gpt2_config(model) | dict(bos_token_id=None, eos_token_id=None)
+    hf = GPT2LMHeadModel(GPT2Config(**config)).to(model.wte.weight.dtype)
+    hf.load_state_dict(weights, strict=True)
+    with torch.no_grad():
+        out = hf.eval()(tokens, use_cache=True)
+    layers = out.past_key_values.layers
+    keys = torch.stack([layer.keys for layer in layers])  # (n_layers, batch, n_heads, seq, d_head)
+    values = torch.stack([layer.values for layer in layers])
+    return out.logits, keys, values
 
 
 # ----------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """What the inference tests assert about a submission, written once.
 
 ``assert_named(name, fn, ids)``: a wrong function is named by measurement with exactly these
-misconception ids (in registry order), by the check, its message and the hidden check.
+misconception ids (in registry order), by the check (a question each on the first failure,
+each cause on the second), its message and the hidden check.
 ``assert_correct(name, fn)``: a right function written another way passes the visible and
 the hidden cases, and the inference measures nothing in it.
 """
@@ -10,12 +11,15 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
+from unittest import mock
 
 import pytest
 
 from attnlib import checks
 from attnlib.checks import get_exercise
 from attnlib.checks._core import Learner
+from attnlib.checks.protocol import FEEDBACK_ENV
 
 
 def in_registry_order(name: str, ids) -> list[str]:
@@ -32,9 +36,19 @@ def assert_named(name: str, fn, ids) -> None:
     assert [f.id for f in report.findings] == expected  # measured, not matched to a variant
     assert all(len(f.detail) > 20 for f in report.findings)  # each says what was measured
     assert checks.run(name, fn, hidden=True).misconceptions == expected
-    with pytest.raises(AssertionError) as err:
-        checks.check(name, fn)
-    message = str(err.value)
+    checks.forget(name)
+    with mock.patch.dict(os.environ):
+        os.environ.pop(FEEDBACK_ENV, None)  # a learner's kernel: feedback in steps
+        with pytest.raises(AssertionError) as err:  # first: measured, and a question each
+            checks.check(name, fn)
+        first = str(err.value)
+        with pytest.raises(AssertionError) as err:  # the same mistake again: each cause
+            checks.check(name, fn)
+        message = str(err.value)
+    checks.forget(name)
+    questions = {m.id: m.question for m in get_exercise(name).misconceptions}
+    for mid in expected:
+        assert questions[mid] in first and checks.explanation(name, mid) not in first
     assert message.splitlines()[-1] == checks.result_line(name, expected)
     for mid in expected:  # each mistake with its own explanation
         assert checks.explanation(name, mid) in message

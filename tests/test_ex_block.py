@@ -3,13 +3,22 @@ against independent oracles; the lesson's figure function in the projector style
 
 * ``layer_norm``: functions written the way learners write them (torch's ``var``/``std``
   with their default Bessel correction, ``eps`` added to the standard deviation, the wrong
-  ``dim``, RMSNorm, a forgotten gain or shift), one mistake or two at once, each named with
-  all of its ids; correct functions written differently pass with no diagnosis; the
-  reference equals ``torch.nn.LayerNorm`` (and its gradient autograd's through it) in float64
-  on every visible and hidden case; torch's own layer norm earns nothing.
+  ``dim``, RMSNorm, a forgotten gain or shift, the variance without its square root, the
+  gain and shift applied before normalising or the other way round), one mistake or two at
+  once, each named with all of its ids; correct functions written differently pass with no
+  diagnosis; the reference equals ``torch.nn.LayerNorm`` (and its gradient autograd's
+  through it) in float64 on every visible and hidden case; torch's own layer norm earns
+  nothing.
 * ``block_forward``: post-LN, missing additions, the residual added to the normalised
-  stream, one LayerNorm for both sublayers, the MLP first, no LayerNorm; the reference equals
-  attnlib's ``DecoderBlock`` and Hugging Face's ``GPT2Block`` carrying the same parts.
+  stream, one LayerNorm for both sublayers, the two LayerNorms swapped, the MLP first, the
+  parallel block, no LayerNorm; the reference equals attnlib's ``DecoderBlock`` and Hugging
+  Face's ``GPT2Block`` carrying the same parts.
+* ``gpt2_weights`` (checked through ``attnlib.gpt.run_gpt2``: GPT2LMHeadModel's float64
+  logits and cached keys and values with the learner's state dict): mappings written other
+  ways pass; a square Conv1D weight or c_attn's blocks left untransposed, c_attn's blocks in
+  another order, a transposed lm_head, each named from what the load reports or from the
+  numbers; names GPT-2 does not have fail with the load's own list of them; the reference
+  equals the course model; the course's own mapping earns nothing.
 """
 
 from __future__ import annotations
@@ -94,6 +103,38 @@ def ln_no_eps(x, weight, bias, eps=1e-5):
     return (x - mean) / ((x - mean) ** 2).mean(-1, keepdim=True).sqrt() * weight + bias
 
 
+def ln_var_not_rooted(x, weight, bias, eps=1e-5):
+    mean = x.mean(-1, keepdim=True)
+    var = ((x - mean) ** 2).mean(-1, keepdim=True)
+    return (x - mean) / (var + eps) * weight + bias
+
+
+def ln_torch_var_not_rooted(x, weight, bias, eps=1e-5):  # Bessel too
+    return (x - x.mean(-1, keepdim=True)) / (x.var(-1, keepdim=True) + eps) * weight + bias
+
+
+def ln_gain_before(x, weight, bias, eps=1e-5):
+    x = x * weight + bias
+    mean = x.mean(-1, keepdim=True)
+    return (x - mean) / torch.sqrt(x.var(-1, keepdim=True, correction=0) + eps)
+
+
+def ln_gain_before_bessel(x, weight, bias, eps=1e-5):
+    x = weight * x + bias
+    return (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, keepdim=True) + eps)
+
+
+def ln_weight_bias_swapped(x, weight, bias, eps=1e-5):
+    mean = x.mean(-1, keepdim=True)
+    var = x.var(-1, keepdim=True, correction=0)
+    return (x - mean) / torch.sqrt(var + eps) * bias + weight
+
+
+def ln_weight_bias_swapped_eps_outside(x, weight, bias, eps=1e-5):
+    mean, std = x.mean(-1, keepdim=True), x.std(-1, keepdim=True, correction=0)
+    return bias * (x - mean) / (std + eps) + weight
+
+
 def ln_numpy_axis0(x, weight, bias, eps=1e-5):
     a = x.numpy()
     mean = a.mean(axis=0, keepdims=True)
@@ -121,6 +162,12 @@ def test_correct_layer_norms_written_differently_pass(fn):
         (ln_forgot_affine, ["weight-bias-missing"]),
         (ln_forgot_bias_and_var_default, ["variance-with-bessel", "weight-bias-missing"]),
         (ln_no_eps, ["eps-missing"]),
+        (ln_var_not_rooted, ["variance-not-rooted"]),
+        (ln_torch_var_not_rooted, ["variance-with-bessel", "variance-not-rooted"]),
+        (ln_gain_before, ["affine-before-normalising"]),
+        (ln_gain_before_bessel, ["variance-with-bessel", "affine-before-normalising"]),
+        (ln_weight_bias_swapped, ["weight-bias-swapped"]),
+        (ln_weight_bias_swapped_eps_outside, ["eps-outside-sqrt", "weight-bias-swapped"]),
     ],
     ids=lambda v: v.__name__ if callable(v) else "+".join(v),
 )
@@ -242,6 +289,20 @@ def block_mlp_first_no_residual(x, ln_1, attn, ln_2, mlp):
     return attn(ln_1(mlp(ln_2(x))))
 
 
+def block_layer_norms_swapped(x, ln_1, attn, ln_2, mlp):
+    x = x + attn(ln_2(x))
+    return x + mlp(ln_1(x))
+
+
+def block_parallel(x, ln_1, attn, ln_2, mlp):
+    return x + attn(ln_1(x)) + mlp(ln_2(x))
+
+
+def block_post_ln_swapped(x, ln_1, attn, ln_2, mlp):
+    x = ln_2(x + attn(x))
+    return ln_1(x + mlp(x))
+
+
 @pytest.mark.parametrize("fn", [block_right_named_steps, block_right_in_place])
 def test_correct_blocks_written_differently_pass(fn):
     assert_correct("block_forward", fn)
@@ -259,6 +320,9 @@ def test_correct_blocks_written_differently_pass(fn):
         (block_no_layer_norm, ["layer-norm-missing"]),
         (block_post_ln_one_norm, ["post-ln", "layer-norm-shared"]),
         (block_mlp_first_no_residual, ["residual-missing", "mlp-before-attention"]),
+        (block_layer_norms_swapped, ["layer-norms-swapped"]),
+        (block_parallel, ["parallel-sublayers"]),
+        (block_post_ln_swapped, ["post-ln", "layer-norms-swapped"]),
     ],
     ids=lambda v: v.__name__ if callable(v) else "+".join(v),
 )
@@ -313,6 +377,194 @@ def test_the_block_reference_is_hugging_faces_gpt2_block():
 def test_a_wrong_block_fails_the_graders_hidden_check():
     with pytest.raises(AssertionError, match="post-ln"):
         grader_check_hidden("block_forward", block_post_ln)
+
+
+# ----------------------------------------------------------------------------------------
+# gpt2_weights(model), checked through run_gpt2(model, weights, tokens)
+# ----------------------------------------------------------------------------------------
+
+
+def _attn(block):
+    a = block.attn
+    return a, {"q": a.W_q, "k": a.W_k, "v": a.W_v}
+
+
+def gpt2_map(model, *, conv=lambda w: w.T, order="qkv", top="transformer.", head=lambda w: w):
+    """A mapping written as a learner might: one loop over the blocks, named choices."""
+    sd = {
+        top + "wte.weight": model.wte.weight,
+        top + "wpe.weight": model.wpe.weight,
+        top + "ln_f.weight": model.ln_f.weight,
+        top + "ln_f.bias": model.ln_f.bias,
+        "lm_head.weight": head(model.wte.weight),
+    }
+    for i, block in enumerate(model.h):
+        p = f"{top}h.{i}."
+        a, qkv = _attn(block)
+        sd[p + "ln_1.weight"], sd[p + "ln_1.bias"] = block.ln_1.weight, block.ln_1.bias
+        sd[p + "ln_2.weight"], sd[p + "ln_2.bias"] = block.ln_2.weight, block.ln_2.bias
+        sd[p + "attn.c_attn.weight"] = torch.cat([conv(qkv[c].weight) for c in order], dim=1)
+        sd[p + "attn.c_attn.bias"] = torch.cat([qkv[c].bias for c in order])
+        sd[p + "attn.c_proj.weight"], sd[p + "attn.c_proj.bias"] = conv(a.W_o.weight), a.W_o.bias
+        sd[p + "mlp.c_fc.weight"] = block.mlp.c_fc.weight.T
+        sd[p + "mlp.c_fc.bias"] = block.mlp.c_fc.bias
+        sd[p + "mlp.c_proj.weight"] = block.mlp.c_proj.weight.T
+        sd[p + "mlp.c_proj.bias"] = block.mlp.c_proj.bias
+    return {k: v.detach().clone() for k, v in sd.items()}
+
+
+def through(mapping):
+    from attnlib.gpt import run_gpt2
+
+    def fn(model, tokens):
+        return run_gpt2(model, mapping(model), tokens)
+
+    fn.__name__ = mapping.__name__
+    return fn
+
+
+def gpt2_right_per_block(model):  # each block of c_attn transposed on its own, side by side
+    return gpt2_map(model)
+
+
+def gpt2_right_from_state_dict(model):  # by renaming the course's state dict
+    ours = model.state_dict()
+    sd = {}
+    for name, t in ours.items():
+        if name.startswith("h."):
+            i, rest = name[2:].split(".", 1)
+            p = f"transformer.h.{i}."
+            if rest.startswith("attn.W_") and rest[7] in "qkv":
+                continue
+            if rest.startswith("attn.W_o"):
+                rest = rest.replace("W_o", "c_proj")
+            if rest.endswith("weight") and rest.split(".")[0] in ("attn", "mlp"):
+                t = t.T
+            sd[p + rest] = t
+        elif name == "lm_head.weight":
+            sd[name] = t
+        else:
+            sd["transformer." + name] = t
+    for i in range(model.n_layers):
+        w = [ours[f"h.{i}.attn.W_{c}.weight"] for c in "qkv"]
+        b = [ours[f"h.{i}.attn.W_{c}.bias"] for c in "qkv"]
+        sd[f"transformer.h.{i}.attn.c_attn.weight"] = torch.cat(w).T
+        sd[f"transformer.h.{i}.attn.c_attn.bias"] = torch.cat(b)
+    return {k: v.clone() for k, v in sd.items()}
+
+
+def gpt2_square_not_transposed(model):  # c_attn fixed after the load error, c_proj forgotten
+    sd = gpt2_map(model)
+    for i, block in enumerate(model.h):
+        sd[f"transformer.h.{i}.attn.c_proj.weight"] = block.attn.W_o.weight.detach().clone()
+    return sd
+
+
+def gpt2_blocks_side_by_side(model):  # the right shape, each block (out, in)
+    return gpt2_map(model, conv=lambda w: w)
+
+
+def gpt2_no_transposes(model):  # nothing transposed: the load refuses
+    sd = gpt2_map(model, conv=lambda w: w)
+    for i, block in enumerate(model.h):
+        a, qkv = _attn(block)
+        sd[f"transformer.h.{i}.attn.c_attn.weight"] = torch.cat([qkv[c].weight for c in "qkv"])
+        for name in ("c_fc", "c_proj"):
+            w = getattr(block.mlp, name).weight.detach().clone()
+            sd[f"transformer.h.{i}.mlp.{name}.weight"] = w
+    return {k: v.detach().clone() for k, v in sd.items()}
+
+
+def gpt2_keys_first(model):
+    return gpt2_map(model, order="kqv")
+
+
+def gpt2_values_first_and_square(model):
+    sd = gpt2_map(model, order="vqk")
+    for i, block in enumerate(model.h):
+        sd[f"transformer.h.{i}.attn.c_proj.weight"] = block.attn.W_o.weight.detach().clone()
+    return sd
+
+
+def gpt2_no_prefix(model):
+    return gpt2_map(model, top="")
+
+
+def gpt2_forgot_lm_head(model):
+    sd = gpt2_map(model)
+    del sd["lm_head.weight"]
+    return sd
+
+
+def gpt2_head_transposed(model):  # everything transposed, lm_head too
+    return gpt2_map(model, head=lambda w: w.T.contiguous())
+
+
+@pytest.mark.parametrize("mapping", [gpt2_right_per_block, gpt2_right_from_state_dict])
+def test_correct_mappings_written_differently_pass(mapping):
+    assert_correct("gpt2_weights", through(mapping))
+
+
+@pytest.mark.parametrize(
+    ("mapping", "ids"),
+    [
+        (gpt2_square_not_transposed, ["conv1d-not-transposed"]),
+        (gpt2_blocks_side_by_side, ["conv1d-not-transposed"]),
+        (gpt2_no_transposes, ["conv1d-not-transposed"]),
+        (gpt2_keys_first, ["qkv-order"]),
+        (gpt2_values_first_and_square, ["conv1d-not-transposed", "qkv-order"]),
+        (gpt2_head_transposed, ["linear-transposed"]),
+    ],
+    ids=lambda v: v.__name__ if callable(v) else "+".join(v),
+)
+def test_realistic_mapping_mistakes_are_named(mapping, ids):
+    assert_named("gpt2_weights", through(mapping), ids)
+
+
+def test_the_mapping_findings_say_what_was_measured():
+    (finding,) = checks.run("gpt2_weights", through(gpt2_no_transposes)).findings
+    assert (
+        "c_attn.weight with shape (36, 12) where GPT2LMHeadModel holds (12, 36)" in finding.detail
+    )
+    (finding,) = checks.run("gpt2_weights", through(gpt2_keys_first)).findings
+    assert "block 0's cached keys are the course model's queries" in finding.detail
+
+
+@pytest.mark.parametrize("mapping", [gpt2_no_prefix, gpt2_forgot_lm_head])
+def test_a_mapping_that_does_not_load_shows_the_names_the_load_reports(mapping):
+    report = checks.run("gpt2_weights", through(mapping))
+    assert not report.ok and report.misconceptions == []
+    assert "Missing key(s) in state_dict" in report.first_failure
+    assert "lm_head.weight" in report.first_failure or "transformer.wte" in report.first_failure
+
+
+def test_the_mapping_reference_is_the_course_model_on_every_case():
+    ex = get_exercise("gpt2_weights")
+    for case in ex.cases(hidden=True):
+        model, tokens = case.args
+        logits, keys, values = ex.reference(model, tokens)
+        caches = model.new_caches(tokens.shape[0])
+        with torch.no_grad():
+            ours = model(tokens, caches)
+        assert (logits - ours).abs().max() <= 1e-10, case.label
+        assert ours.abs().max() > 1  # logits of a real size
+        for layer, cache in enumerate(caches):
+            k, v = cache.read()
+            assert (keys[layer] - k).abs().max() <= 1e-10 and (
+                values[layer] - v
+            ).abs().max() <= 1e-10
+
+
+def test_the_course_mapping_earns_nothing():
+    from attnlib.gpt import gpt2_state_dict
+
+    report = checks.run("gpt2_weights", through(gpt2_state_dict))
+    assert report.called_reference == ["attnlib.gpt.gpt2_state_dict"]
+
+
+def test_a_wrong_mapping_fails_the_graders_hidden_check():
+    with pytest.raises(AssertionError, match="qkv-order"):
+        grader_check_hidden("gpt2_weights", through(gpt2_keys_first))
 
 
 # ----------------------------------------------------------------------------------------

@@ -270,6 +270,51 @@ def topk_then_mask(index_scores, k, mask):
     return torch.zeros(index_scores.shape, dtype=torch.bool).scatter(-1, top, True) & mask
 
 
+def window_longformer(seq_q, seq_k, window):
+    p = np.arange(seq_k - seq_q, seq_k)[:, None]
+    return np.abs(p - np.arange(seq_k)[None, :]) <= window // 2  # W/2 on each side
+
+
+def window_longformer_first_positions(seq_q, seq_k, window):
+    i, j = torch.arange(seq_q)[:, None], torch.arange(seq_k)[None, :]
+    return (i - j).abs() <= window / 2  # centred, and the queries at 0 .. seq_q - 1
+
+
+def window_looking_forward(seq_q, seq_k, window):
+    p = np.arange(seq_k - seq_q, seq_k)[:, None]
+    j = np.arange(seq_k)[None, :]
+    return (j >= p) & (j < p + window)  # key minus query where it should be query minus key
+
+
+def topk_over_queries(index_scores, k, mask):
+    s = index_scores.masked_fill(~mask, float("-inf"))
+    best = s.argsort(dim=1, descending=True, stable=True)[:, :k]  # dim 1: the queries
+    return torch.zeros(s.shape, dtype=torch.bool).scatter(1, best, True) & mask
+
+
+def topk_scores_times_mask(index_scores, k, mask):
+    s = index_scores * mask  # forbidden keys score 0, not -inf
+    best = s.argsort(dim=-1, descending=True, stable=True)[..., :k]
+    return torch.zeros(s.shape, dtype=torch.bool).scatter(-1, best, True) & mask
+
+
+def topk_over_queries_with_topk(index_scores, k, mask):
+    s = index_scores.masked_fill(~mask, float("-inf"))
+    top = s.topk(k, dim=-2).indices  # the k best queries of each key
+    return torch.zeros(s.shape, dtype=torch.bool).scatter(-2, top, True) & mask
+
+
+def latent_rope_added_after_scaling(q, c, W_uk, q_rope, k_rope):
+    content = (q @ W_uk) @ c[:, None].mT / math.sqrt(q.shape[-1] + q_rope.shape[-1])
+    return content + q_rope @ k_rope[:, None].mT  # the rotary part unscaled
+
+
+def latent_each_part_by_its_width(q, c, W_uk, q_rope, k_rope):
+    content = torch.einsum("bhqd,hdl,bkl->bhqk", q, W_uk, c) / math.sqrt(q.shape[-1])
+    position = torch.einsum("bhqr,bkr->bhqk", q_rope, k_rope) / math.sqrt(q_rope.shape[-1])
+    return content + position  # two dot products, each scaled by its own width
+
+
 def topk_fill_without_and(index_scores, k, mask):
     s = index_scores.masked_fill(~mask, float("-inf"))
     top = s.topk(k, dim=-1).indices  # a row with fewer than k allowed keys picks masked ones
@@ -294,6 +339,19 @@ MISTAKES = [
     ("topk_mask", topk_then_mask, ["topk-mask-after-selection", "topk-tie-break"]),
     ("topk_mask", topk_fill_without_and, ["topk-ignores-mask", "topk-tie-break"]),
     ("topk_mask", topk_threshold, ["topk-ties-all-kept"]),
+    # issue 36: mistakes the checks did not name before
+    ("sliding_window_mask", window_longformer, ["window-centred"]),
+    (
+        "sliding_window_mask",
+        window_longformer_first_positions,
+        ["window-centred", "window-top-left"],
+    ),
+    ("sliding_window_mask", window_looking_forward, ["window-reversed"]),
+    ("topk_mask", topk_over_queries, ["topk-across-queries"]),
+    ("topk_mask", topk_over_queries_with_topk, ["topk-tie-break", "topk-across-queries"]),
+    ("topk_mask", topk_scores_times_mask, ["topk-mask-fill-zero"]),
+    ("absorbed_scores", latent_rope_added_after_scaling, ["rotary-part-unscaled"]),
+    ("absorbed_scores", latent_each_part_by_its_width, ["parts-scaled-apart"]),
 ]
 
 
@@ -302,9 +360,21 @@ def test_learner_mistakes_are_named(name, fn, ids):
     report = checks.run(name, fn)
     assert not report.ok
     assert report.misconceptions == ids, report.findings
-    with pytest.raises(AssertionError) as err:
+    assert checks.diagnose(name, fn) == ids
+    # feedback in steps: the first failure measures and asks, the second names the cause
+    checks.forget()
+    questions = {m.id: m.question for m in get_exercise(name).misconceptions}
+    with pytest.raises(AssertionError) as first:
         checks.check(name, fn)
-    assert str(err.value).splitlines()[-1] == checks.result_line(name, ids)
+    for mid in ids:
+        assert questions[mid] in str(first.value)
+        assert checks.explanation(name, mid) not in str(first.value)
+    with pytest.raises(AssertionError) as second:
+        checks.check(name, fn)
+    assert str(second.value).splitlines()[-1] == checks.result_line(name, ids)
+    for mid in ids:
+        assert checks.explanation(name, mid) in str(second.value)
+    checks.forget()
 
 
 @pytest.mark.parametrize("name", EXERCISES)

@@ -96,3 +96,71 @@ def test_a_result_off_in_one_entry_is_caught():
 
     with pytest.raises(AssertionError, match="1 of"):
         checks.check("split_heads", almost)
+
+
+# ---- realistic mistakes, written as learners write them ----------------------------------
+
+
+def split_folded_like_torch(x, n_heads):
+    batch, seq, d_model = x.shape
+    x = x.reshape(batch, seq, n_heads, d_model // n_heads).transpose(0, 2, 1, 3)
+    return x.reshape(batch * n_heads, seq, d_model // n_heads)  # torch's internal layout
+
+
+def split_interleaved_folded(x, n_heads):
+    batch, seq, d_model = x.shape
+    x = x.reshape(batch, seq, d_model // n_heads, n_heads).transpose(0, 3, 1, 2)
+    return x.reshape(batch * n_heads, seq, d_model // n_heads)
+
+
+def merge_average(x):
+    return x.mean(axis=1)  # "combine the heads"
+
+
+def merge_sum_loop(x):
+    out = np.zeros_like(x[:, 0])
+    for h in range(x.shape[1]):
+        out = out + x[:, h]
+    return out
+
+
+def split_reshape_only(x, n_heads):
+    batch, seq, d_model = x.shape
+    return np.reshape(x, (batch, n_heads, seq, d_model // n_heads))
+
+
+@pytest.mark.parametrize(
+    ("name", "fn", "ids"),
+    [
+        ("split_heads", split_folded_like_torch, ["heads-folded-into-batch"]),
+        (
+            "split_heads",
+            split_interleaved_folded,
+            ["heads-interleaved-features", "heads-folded-into-batch"],
+        ),
+        ("split_heads", split_reshape_only, ["heads-reshape-without-transpose"]),
+        ("merge_heads", merge_average, ["merge-heads-averaged"]),
+        ("merge_heads", merge_sum_loop, ["merge-heads-summed"]),
+    ],
+    ids=lambda v: getattr(v, "__name__", None),
+)
+def test_a_realistic_mistake_is_named_by_what_it_does(name, fn, ids):
+    report = checks.run(name, fn)
+    assert not report.ok and not report.inference_error
+    assert report.misconceptions == ids
+    assert [f.id for f in report.findings] == ids  # measured, not matched to a variant
+    assert all(len(f.detail) > 20 for f in report.findings)
+    assert checks.run(name, fn, hidden=True).misconceptions == ids
+    # the feedback in steps: first the questions, the causes when the mistake comes back
+    mistakes = {m.id: m for m in get_exercise(name).misconceptions}
+    checks.forget(name)
+    messages = []
+    for _ in range(2):
+        with pytest.raises(AssertionError) as err:
+            checks.check(name, fn)
+        messages.append(str(err.value))
+    for mid in ids:
+        assert mistakes[mid].question in messages[0]
+        assert mistakes[mid].explanation not in messages[0]
+        assert mistakes[mid].explanation in messages[1]
+    checks.forget(name)

@@ -40,10 +40,10 @@ CORRECT = {
     "weight_grads": BP._wg_build(),
     "mha_by_hand": MHA._mha_variant(),
     "kv_prediction": KV.answers(
-        lambda: np.array([True, False, True, False, False, True, True, False])
+        lambda: np.array([True, False, True, False, True, False, False, True])
     ),
     **{
-        part: KV.answers(lambda: np.array([True, False, True, False, False, True, True, False]))
+        part: KV.answers(lambda: np.array([True, False, True, False, True, False, False, True]))
         for part in KV.PARTS
     },
 }

@@ -2,13 +2,18 @@
 independent oracles.
 
 * ``prefix_matching_score``: functions written the way learners write them (the earlier
-  token itself as the key, a diagonal one query too long, every query from 0, rows and
-  columns swapped, the mean over the heads or of one sequence, a sum), one mistake or two at
+  token itself as the key, a diagonal one query too long, every query from 0, the second
+  block's first query left out, rows and columns swapped, the mean over the heads or of one
+  sequence, a sum), one mistake or two at
   once, each named with all of its ids; correct functions written differently (a loop,
   ``torch.diagonal``, numpy) pass with no diagnosis; the reference equals an explicit loop
   and ``attnlib.tasks.plays.prefix_matching_score`` on every visible and hidden case.
-* ``first_position_share``: query 0 counted, row 0 read for column 0, the same reductions;
-  the reference equals a loop and ``plays.attention_on`` with only key 0 chosen.
+* ``first_position_share`` (the mean weight on key 0 over queries 1 .. seq-1, divided by
+  uniform causal attention's, 1/(t+1) at query t, over the same queries): query 0 counted,
+  row 0 read for column 0, no division, uniform over all seq keys, the uniform side over
+  every query, a mean of per-query ratios, the same reductions; the reference equals a loop
+  and ``plays.attention_on`` with only key 0 chosen, divided by its value for uniform
+  causal weights.
 """
 
 from __future__ import annotations
@@ -90,6 +95,11 @@ def pm_same_token_summed(weights, period):
     return weights[:, :, t, t - period].sum(dim=(0, 2))
 
 
+def pm_starts_late(weights, period):
+    t = torch.arange(period + 1, weights.shape[-1])  # "the first repeat has nothing before it"
+    return weights[:, :, t, t - period + 1].mean(dim=(0, 2))
+
+
 def pm_diagonal_first_sequence(weights, period):
     return torch.diagonal(weights[0], offset=-(period - 1), dim1=-2, dim2=-1).mean(dim=-1)
 
@@ -111,6 +121,7 @@ def test_correct_prefix_matching_scores_written_differently_pass(fn):
         (pm_sum, ["sum-not-mean"]),
         (pm_same_token_summed, ["key-is-earlier-token", "sum-not-mean"]),
         (pm_diagonal_first_sequence, ["query-range-off-by-one", "first-batch-only"]),
+        (pm_starts_late, ["query-range-starts-late"]),
     ],
     ids=lambda v: v.__name__ if callable(v) else "+".join(v),
 )
@@ -120,7 +131,8 @@ def test_realistic_prefix_matching_mistakes_are_named(fn, ids):
 
 def test_the_offset_finding_says_what_was_measured():
     (finding,) = checks.run("prefix_matching_score", pm_same_token).findings
-    assert "query 6 reads key 3" in finding.detail and "(4)" in finding.detail
+    assert "query 6 reads key 3, where its own token occurred before" in finding.detail
+    assert "4" not in finding.detail  # the key it should read is the answer: not told
 
 
 def test_prefix_matching_reference_matches_a_loop_and_the_library():
@@ -156,12 +168,17 @@ def test_calling_the_library_earns_nothing():
 # ----------------------------------------------------------------------------------------
 
 
+def _uniform(seq, start=1):
+    return sum(1.0 / (t + 1) for t in range(start, seq)) / (seq - start)
+
+
 def fp_loop(weights):
     batch, n_heads, seq, _ = weights.shape
     return torch.tensor(
         [
             sum(float(weights[b, h, t, 0]) for b in range(batch) for t in range(1, seq))
             / (batch * (seq - 1))
+            / _uniform(seq)
             for h in range(n_heads)
         ],
         dtype=weights.dtype,
@@ -169,38 +186,82 @@ def fp_loop(weights):
 
 
 def fp_two_means(weights):
-    return weights[..., 1:, 0].mean(0).mean(-1)
+    seq = weights.shape[-1]
+    uniform = torch.tril(torch.ones(seq, seq, dtype=weights.dtype))
+    uniform = uniform / uniform.sum(-1, keepdim=True)  # uniform causal attention
+    return weights[..., 1:, 0].mean(0).mean(-1) / uniform[1:, 0].mean()
 
 
-def fp_all_queries(weights):
-    return weights[:, :, :, 0].mean(dim=(0, 2))
+def fp_sums(weights):  # a sum over a sum is a mean over a mean
+    b, _, seq, _ = weights.shape
+    t = torch.arange(2, seq + 1, dtype=weights.dtype)
+    return weights[:, :, 1:, 0].sum(dim=(0, 2)) / (b * (1 / t).sum())
+
+
+def fp_all_queries(weights):  # query 0 on both sides
+    seq = weights.shape[-1]
+    t = torch.arange(seq, dtype=weights.dtype)
+    return weights[:, :, :, 0].mean(dim=(0, 2)) / (1 / (t + 1)).mean()
 
 
 def fp_row_zero(weights):
-    return weights[:, :, 0, 1:].mean(dim=(0, 2))
+    t = torch.arange(1, weights.shape[-1], dtype=weights.dtype)
+    return weights[:, :, 0, 1:].mean(dim=(0, 2)) / (1 / (t + 1)).mean()
 
 
 def fp_row_zero_all(weights):
-    return weights[:, :, 0, :].mean(dim=(0, 2))
+    t = torch.arange(weights.shape[-1], dtype=weights.dtype)
+    return weights[:, :, 0, :].mean(dim=(0, 2)) / (1 / (t + 1)).mean()
+
+
+def fp_not_divided(weights):  # the share itself
+    return weights[:, :, 1:, 0].mean(dim=(0, 2))
+
+
+def fp_all_queries_not_divided(weights):
+    return weights[:, :, :, 0].mean(dim=(0, 2))
+
+
+def fp_over_seq(weights):  # uniform as if every key were visible
+    return weights[:, :, 1:, 0].mean(dim=(0, 2)) * weights.shape[-1]
+
+
+def fp_baseline_from_0(weights):
+    seq = weights.shape[-1]
+    t = torch.arange(seq, dtype=weights.dtype)
+    return weights[:, :, 1:, 0].mean(dim=(0, 2)) / (1 / (t + 1)).mean()
+
+
+def fp_per_query(weights):
+    t = torch.arange(1, weights.shape[-1], dtype=weights.dtype)
+    return (weights[:, :, 1:, 0] * (t + 1)).mean(dim=(0, 2))
+
+
+def fp_per_query_first_sequence(weights):
+    t = torch.arange(1, weights.shape[-1], dtype=weights.dtype)
+    return (weights[0, :, 1:, 0] * (t + 1)).mean(dim=-1)
 
 
 def fp_mean_over_heads(weights):
-    return weights[:, :, 1:, 0].mean(dim=(1, 2))
+    t = torch.arange(1, weights.shape[-1], dtype=weights.dtype)
+    return weights[:, :, 1:, 0].mean(dim=(1, 2)) / (1 / (t + 1)).mean()
 
 
 def fp_first_sequence(weights):
-    return weights[0, :, 1:, 0].mean(-1)
+    t = torch.arange(1, weights.shape[-1], dtype=weights.dtype)
+    return weights[0, :, 1:, 0].mean(-1) / (1 / (t + 1)).mean()
 
 
 def fp_sum(weights):
-    return weights[:, :, 1:, 0].sum(dim=(0, 2))
+    t = torch.arange(1, weights.shape[-1], dtype=weights.dtype)
+    return weights[:, :, 1:, 0].sum(dim=(0, 2)) / (1 / (t + 1)).mean()
 
 
-def fp_all_queries_summed(weights):
-    return weights[..., 0].sum(dim=(0, 2))
+def fp_over_seq_summed(weights):
+    return weights[:, :, 1:, 0].sum(dim=(0, 2)) * weights.shape[-1]
 
 
-@pytest.mark.parametrize("fn", [fp_loop, fp_two_means])
+@pytest.mark.parametrize("fn", [fp_loop, fp_two_means, fp_sums])
 def test_correct_first_position_shares_written_differently_pass(fn):
     assert_correct("first_position_share", fn)
 
@@ -211,10 +272,16 @@ def test_correct_first_position_shares_written_differently_pass(fn):
         (fp_all_queries, ["includes-first-query"]),
         (fp_row_zero, ["query-key-swapped"]),
         (fp_row_zero_all, ["includes-first-query", "query-key-swapped"]),
+        (fp_not_divided, ["not-relative-to-uniform"]),
+        (fp_all_queries_not_divided, ["includes-first-query", "not-relative-to-uniform"]),
+        (fp_over_seq, ["uniform-over-all-keys"]),
+        (fp_baseline_from_0, ["baseline-includes-query-0"]),
+        (fp_per_query, ["ratio-per-query"]),
+        (fp_per_query_first_sequence, ["ratio-per-query", "first-batch-only"]),
         (fp_mean_over_heads, ["mean-over-heads"]),
         (fp_first_sequence, ["first-batch-only"]),
         (fp_sum, ["sum-not-mean"]),
-        (fp_all_queries_summed, ["includes-first-query", "sum-not-mean"]),
+        (fp_over_seq_summed, ["uniform-over-all-keys", "sum-not-mean"]),
     ],
     ids=lambda v: v.__name__ if callable(v) else "+".join(v),
 )
@@ -226,10 +293,15 @@ def test_first_position_reference_matches_a_loop_and_the_library():
     ex = get_exercise("first_position_share")
     for case in ex.cases(hidden=True):
         (w,) = case.args
-        key0 = torch.zeros(w.shape[-1], dtype=torch.bool)
+        seq = w.shape[-1]
+        key0 = torch.zeros(seq, dtype=torch.bool)
         key0[0] = True
+        uniform = torch.tril(torch.ones(1, 1, seq, seq, dtype=w.dtype))
+        uniform = uniform / uniform.sum(-1, keepdim=True)
         torch.testing.assert_close(ex.reference(w), fp_loop(w))
-        torch.testing.assert_close(ex.reference(w), plays.attention_on(w, key0))
+        ratio = plays.attention_on(w, key0) / plays.attention_on(uniform, key0)
+        torch.testing.assert_close(ex.reference(w), ratio)
+        torch.testing.assert_close(ex.reference(uniform), torch.ones(1, dtype=w.dtype))
 
 
 def test_the_stubs_are_one_line_and_the_next_cells_get_the_reference(capsys):

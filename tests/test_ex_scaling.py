@@ -99,6 +99,11 @@ def test_calling_the_reference_is_refused():
         checks.check("choose_scale", lambda s, h: scaling.choose_scale(s, h))
 
 
-def test_wrong_in_an_unknown_way_gets_the_generic_hint():
-    with pytest.raises(AssertionError, match="does not match any of the classic mistakes"):
-        checks.check("score_variance", lambda d_k, scale=1.0, var_q=1.0, var_k=1.0: 42.0)
+def test_wrong_in_an_unknown_way_is_localised_not_named():
+    def constant(d_k, scale=1.0, var_q=1.0, var_k=1.0):
+        return 42.0
+
+    report = checks.run("score_variance", constant)
+    assert not report.ok and report.misconceptions == []
+    with pytest.raises(AssertionError, match="No mistake the check knows explains this"):
+        checks.check("score_variance", constant)

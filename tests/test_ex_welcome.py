@@ -54,3 +54,33 @@ def test_any_correct_implementation_passes(capsys):
         assert checks.diagnose("normalise_rows", fn) == []
         checks.check("normalise_rows", fn)
     assert capsys.readouterr().out.count("✔ normalise_rows") == 2
+
+
+def test_lesson_00_lists_every_lesson_with_its_stated_times():
+    """Section 6 of lesson 00 has one row per lesson: its number, its title and the minutes
+    its **Time** line states (the core, and the optional part when it has one)."""
+    import re
+
+    import nbformat
+    from conftest import NOTEBOOKS
+
+    from kvstaff.lessons import lesson_info, lesson_paths
+
+    nb = nbformat.read(NOTEBOOKS / "00_welcome.ipynb", as_version=4)
+    (cell,) = [c for c in nb.cells if c.source.startswith("## 6 · The lessons")]
+    table = {}
+    for line in cell.source.splitlines():
+        cols = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cols) == 5 and re.fullmatch(r"\d\d", cols[0]):
+            table[cols[0]] = cols
+    problems = []
+    for path in lesson_paths(NOTEBOOKS):
+        info = lesson_info(path)
+        stated = [int(m) for m in re.findall(r"~\s*(\d+)", info.time)]
+        optional = f"~{stated[1]}" if len(stated) > 1 else "—"  # as test_lesson_length reads it
+        want = [info.number, info.title.split("·", 1)[1].strip(), f"~{stated[0]}", optional]
+        row = table.pop(info.number, None)
+        if row is None or [row[0], row[1], row[3], row[4]] != want:
+            problems.append(f"{path.name}: the table says {row}, the lesson {want}")
+    problems += [f"the table lists lesson {n}, which does not exist" for n in table]
+    assert not problems, "lesson 00's table of lessons is out of date:\n" + "\n".join(problems)

@@ -21,7 +21,7 @@ from grading_course import LESSON_PATHS, EveryCourse, graded_course, leaks
 from nbfixtures import hidden_lines, solution_lines
 
 from attnlib.explorers._render import STILL_CAPTION
-from kvstaff.student import student_version
+from kvstaff.student import is_lecturer_note, learner_copy, without_lecturer_notes
 
 pytestmark = [
     pytest.mark.second_stage,
@@ -129,12 +129,14 @@ class _LessonShard(EveryCourse):
                 if not (test_cell and verdict and out.ename == "AssertionError"):
                     raised.append((i, out.ename, out.evalue[:120]))
         assert raised == [], raised
-        src = nbformat.read(graded.notebooks / f"{lesson}.ipynb", as_version=4)
+        # what was run is, cell for cell, the copy `make student` writes into workbook/: the
+        # lesson without its solutions and without its notes for lecturers
+        src = without_lecturer_notes(nbformat.read(graded.notebooks / f"{lesson}.ipynb", 4))
         assert len(src.cells) == len(run.cells)
-        # what was run is, cell for cell, the copy `make student` writes into workbook/
-        copy = student_version(src)
+        copy = learner_copy(nbformat.read(graded.notebooks / f"{lesson}.ipynb", as_version=4))
         released = nbformat.read(graded.course / "release" / lesson / f"{lesson}.ipynb", 4)
         assert [c.source for c in copy.cells] == [c.source for c in released.cells]
+        assert not any(is_lecturer_note(c) for c in released.cells)
         for i, cell in enumerate(src.cells):
             if cell.cell_type == "code" and _shows_still(cell):
                 assert _shows_still(run.cells[i]), f"cell {i}: the explorer shows no still"

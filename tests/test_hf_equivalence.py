@@ -6,6 +6,8 @@ compared with the course model: logits (fp32 ≤ 1e-5, fp64 ≤ 1e-10), the keys
 in HF's ``past_key_values`` against attnlib's ``KVCache``s, greedy ``generate(use_cache=True)``
 against :func:`attnlib.decoder.generate`, and the training-mode dropouts draw for draw.
 The weights are perturbed away from their initialisation so that every part matters.
+``run_gpt2`` (what lesson 15's exercise 15.2 checks the learner's mapping with) is the same
+GPT2LMHeadModel, and a dict that does not load is refused with every wrong name and shape.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ if importlib.util.find_spec("transformers") is None:
 
 from attnlib.block import gelu_tanh  # noqa: E402
 from attnlib.decoder import generate  # noqa: E402
-from attnlib.gpt import GPT, gpt2_config, gpt2_state_dict  # noqa: E402
+from attnlib.gpt import GPT, gpt2_config, gpt2_state_dict, run_gpt2  # noqa: E402
 
 VOCAB, MAX_LEN = 13, 40
 TOL = {torch.float32: 1e-5, torch.float64: 1e-10}
@@ -179,3 +181,28 @@ def test_each_architecture_choice_matters(tokens, change):
     with torch.no_grad():
         err = (model(tokens) - hf(tokens).logits).abs().max().item()
     assert err > 1e-4, err
+
+
+def test_run_gpt2_is_what_gpt2_computes_with_the_weights_it_is_given(pair, tokens):
+    """run_gpt2 (lesson 15's exercise 15.2 hands it the learner's mapping) builds the same
+    GPT2LMHeadModel, loads the dict strictly and returns its logits and cache."""
+    model, hf, tol = pair
+    prompt = tokens[:, :9]
+    logits, keys, values = run_gpt2(model, gpt2_state_dict(model), prompt)
+    caches = model.new_caches(3)
+    with torch.no_grad():
+        assert (logits - model(prompt, caches)).abs().max() <= tol
+        assert torch.equal(logits, hf(prompt).logits)
+    assert keys.shape == values.shape == (2, 3, 4, 9, 8)  # (n_layers, batch, n_heads, seq, d_head)
+    for layer, cache in enumerate(caches):
+        k, v = cache.read()
+        assert (keys[layer] - k).abs().max() <= tol and (values[layer] - v).abs().max() <= tol
+
+
+def test_run_gpt2_refuses_a_dict_that_does_not_load_and_names_what_is_wrong(tokens):
+    model = _course_model(torch.float64)
+    weights = gpt2_state_dict(model)
+    del weights["lm_head.weight"]
+    weights["transformer.h.0.mlp.c_fc.weight"] = weights["transformer.h.0.mlp.c_fc.weight"].T
+    with pytest.raises(RuntimeError, match=r"lm_head\.weight(.|\n)*size mismatch for transformer"):
+        run_gpt2(model, weights, tokens[:, :5])

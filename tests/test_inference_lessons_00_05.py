@@ -1,4 +1,4 @@
-"""Realistic wrong submissions for the graded exercises of lessons 01-05, written by hand
+"""Realistic wrong submissions for the exercises of lessons 00-05, written by hand
 as a learner would write them (not built from the mistake model), and the mistakes the
 checks must name: each single mistake as one id, two mistakes as exactly those two.
 
@@ -45,6 +45,22 @@ SOFTMAX = {
     "scaled inside, no shift": (
         lambda x: _sm(x, scale=1 / math.sqrt(x.shape[-1])),
         ["unstable-softmax", "softmax-scaled"],
+    ),
+    "shifted by the row minimum": (
+        lambda x: (lambda e: e / e.sum(axis=-1, keepdims=True))(
+            np.exp(x - x.min(axis=-1, keepdims=True))
+        ),
+        ["shift-by-min"],
+    ),
+    "centred on the row mean": (
+        lambda x: (lambda e: e / e.sum(axis=-1, keepdims=True))(
+            np.exp(x - np.mean(x, axis=-1, keepdims=True))
+        ),
+        ["shift-by-mean"],
+    ),
+    "shifted by the row minimum, sum over everything": (
+        lambda x: (lambda e: e / e.sum())(np.exp(x - np.min(x, axis=-1, keepdims=True))),
+        ["shift-by-min", "softmax-sums-everything"],
     ),
 }
 
@@ -129,7 +145,47 @@ ATTEND_PAIRS = {
     ),
 }
 
+
+def _attend_min_shift(q, k, v, mask=None):
+    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    if mask is not None:
+        s = np.where(mask, s, -np.inf)
+    lo = s.min(axis=-1, keepdims=True)  # the row minimum, not the maximum
+    e = np.exp(s - np.where(np.isfinite(lo), lo, 0.0))
+    total = e.sum(axis=-1, keepdims=True)
+    w = e / np.where(total > 0, total, 1.0)
+    return w @ v, w
+
+
+def _attend_min_shift_no_scale(q, k, v, mask=None):
+    s = np.matmul(q, np.swapaxes(k, -1, -2))
+    if mask is not None:
+        s = np.where(mask, s, -np.inf)
+    m = np.min(s, axis=-1, keepdims=True)
+    m[~np.isfinite(m)] = 0.0
+    e = np.exp(s - m)
+    w = e / np.maximum(e.sum(axis=-1, keepdims=True), 1e-300)
+    return w @ v, w
+
+
+def _attend_mean_shift(q, k, v, mask=None):
+    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    if mask is not None:
+        s = np.where(mask, s, -np.inf)
+    centre = s.mean(axis=-1, keepdims=True)  # the row mean, not the maximum
+    e = np.exp(s - np.where(np.isfinite(centre), centre, 0.0))
+    total = e.sum(axis=-1, keepdims=True)
+    w = e / np.where(total > 0, total, 1.0)
+    return w @ v, w
+
+
 ATTEND = {
+    "shifted by the row minimum": (_attend_min_shift, ["shift-by-min"]),
+    "centred on the row mean": (_attend_mean_shift, ["shift-by-mean"]),
+    "shifted by the row minimum, no scale": (
+        _attend_min_shift_no_scale,
+        ["no-scaling", "shift-by-min"],
+    ),
     "no scale, k.T, -inf fill": (
         _attend_no_scale_2d,
         ["no-scaling", "fully-masked-nan", "batch-not-supported"],
@@ -168,23 +224,52 @@ LINEAR = {
         lambda x, weight, bias=None: x @ weight + bias,
         ["weight-not-transposed", "bias-none-not-handled"],
     ),
+    "bias added to the input": (
+        lambda x, weight, bias=None: (x if bias is None else x + bias) @ weight.T,
+        ["bias-before-product"],
+    ),
+    "bias added to the input, weight as stored": (
+        lambda x, weight, bias=None: np.matmul(x + (0.0 if bias is None else bias), weight),
+        ["weight-not-transposed", "bias-before-product"],
+    ),
 }
 
+
+def _split(W_qkv, starts, widths):
+    return [W_qkv[:, a : a + n] for a, n in zip(starts, widths, strict=True)]
+
+
 PROJECT = {
-    "q and k swapped": (lambda x, a, b, c: (x @ b, x @ a, x @ c), ["projections-swapped"]),
-    "k and v swapped": (lambda x, a, b, c: (x @ a, x @ c, x @ b), ["projections-swapped"]),
-    "W @ x": (lambda x, a, b, c: (a @ x, b @ x, c @ x), ["wrong-side-multiplication"]),
-    "results transposed": (
-        lambda x, a, b, c: ((x @ a).T, (x @ b).T, (x @ c).T),
-        ["wrong-side-multiplication"],
+    "q and k blocks swapped": (
+        lambda x, W, d_k: tuple(x @ m for m in (W[:, d_k : 2 * d_k], W[:, :d_k], W[:, 2 * d_k :])),
+        ["projections-swapped"],
     ),
-    "W @ x with q and k swapped": (
-        lambda x, a, b, c: (b @ x, a @ x, c @ x),
-        ["projections-swapped", "wrong-side-multiplication"],
+    "blocks read as q, v, k": (
+        lambda x, W, d_k: (
+            x @ W[:, :d_k],
+            x @ W[:, W.shape[1] - d_k :],
+            x @ W[:, d_k : W.shape[1] - d_k],
+        ),
+        ["projections-swapped"],
     ),
-    "W_q @ x for all three": (
-        lambda x, a, b, c: (a @ x, a @ x, a @ x),
-        ["wrong-side-multiplication", "one-matrix-for-all"],
+    "np.split into three": (
+        lambda x, W, d_k: tuple(np.split(x @ W, 3, axis=-1)),
+        ["split-in-thirds"],
+    ),
+    "thirds by integer division": (
+        lambda x, W, d_k: tuple(
+            x @ m
+            for m in _split(W, [0, W.shape[1] // 3, 2 * (W.shape[1] // 3)], [W.shape[1] // 3] * 3)
+        ),
+        ["split-in-thirds"],
+    ),
+    "every block d_k wide": (
+        lambda x, W, d_k: tuple(x @ W[:, i * d_k : (i + 1) * d_k] for i in range(3)),
+        ["v-width-d-k"],
+    ),
+    "np.split into three, k first": (
+        lambda x, W, d_k: (lambda a, b, c: (b, a, c))(*np.split(x @ W, 3, axis=-1)),
+        ["projections-swapped", "split-in-thirds"],
     ),
 }
 
@@ -207,8 +292,57 @@ VARIANCE = {
     ),
     "standard deviation returned": (
         lambda d_k, scale=1.0, var_q=1.0, var_k=1.0: math.sqrt(d_k * var_q * var_k) * scale,
-        None,  # every factor square-rooted: off the mistake model, so nothing is named
+        ["std-not-variance"],
     ),
+    "standard deviation of the sum, √d_k forgotten inside": (
+        lambda d_k, scale=1.0, var_q=1.0, var_k=1.0: (
+            math.sqrt(math.sqrt(d_k) * var_q * var_k) * scale
+        ),
+        None,  # a square root of a wrong variance: off the mistake model, nothing named
+    ),
+}
+
+
+JACOBIAN = {
+    "the diagonal p(1 - p) alone": (
+        lambda p: p[..., :, None] * (1 - p)[..., :, None] * np.eye(p.shape[-1]),
+        ["jacobian-diagonal-only"],
+    ),
+    "np.diag of p(1 - p)": (
+        lambda p: np.diag(p * (1 - p)),
+        ["jacobian-diagonal-only", "jacobian-one-row-only"],
+    ),
+    "outer product minus the diagonal": (
+        lambda p: np.einsum("...i,...j->...ij", p, p) - p[..., :, None] * np.eye(p.shape[-1]),
+        ["jacobian-sign"],
+    ),
+}
+
+
+def _choose_by_sum(raw_scores, min_entropy):
+    def total_entropy(c):
+        z = c * raw_scores
+        e = np.exp(z - z.max(-1, keepdims=True))
+        p = e / e.sum(-1, keepdims=True)
+        return -(p * np.log(np.maximum(p, 1e-300))).sum()  # over rows and keys
+
+    lo, hi = 0.0, 1.0
+    while total_entropy(hi) >= min_entropy:
+        hi *= 2
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if total_entropy(mid) >= min_entropy else (lo, mid)
+    return lo
+
+
+CHOOSE = {"entropies summed over the rows": (_choose_by_sum, ["entropy-summed-over-rows"])}
+
+NORMALISE = {
+    "divided by the row maximum": (
+        lambda x: x / x.max(axis=-1, keepdims=True),
+        ["divided-by-row-max"],
+    ),
+    "divided by the sum of everything": (lambda x: x / np.sum(x), ["sum-over-everything"]),
 }
 
 
@@ -218,6 +352,14 @@ def _norm(a):
 
 SCORE_MATRIX = {
     "K @ Q.T": (lambda Q, K: K @ Q.T, ["scores-transposed"]),
+    "row by row, as in relevance_scores": (
+        lambda Q, K: (Q * K).sum(axis=-1),
+        ["paired-by-position"],
+    ),
+    "np.einsum over matching positions, scaled": (
+        lambda Q, K: np.einsum("id,id->i", Q, K) / np.sqrt(Q.shape[-1]),
+        ["paired-by-position", "scaled-too-early"],
+    ),
     "K @ Q.T / √d_k": (
         lambda Q, K: K @ Q.T / np.sqrt(Q.shape[-1]),
         ["scores-transposed", "scaled-too-early"],
@@ -280,6 +422,9 @@ CASES = [
         ("linear_forward", LINEAR),
         ("project", PROJECT),
         ("score_variance", VARIANCE),
+        ("softmax_jacobian", JACOBIAN),
+        ("choose_scale", CHOOSE),
+        ("normalise_rows", NORMALISE),
         ("score_matrix", SCORE_MATRIX),
         ("relevance_scores", RELEVANCE),
         ("lookup_batch", LOOKUP),
@@ -289,7 +434,7 @@ CASES = [
 
 
 @pytest.mark.parametrize(("exercise", "fn", "expected"), CASES)
-def test_a_realistic_submission_is_named_by_what_it_does(exercise, fn, expected):
+def test_a_realistic_submission_is_named_by_what_it_does(exercise, fn, expected, graders_feedback):
     if expected is None:  # wrong in a way no registered mistake explains: named as nothing
         report = checks.run(exercise, fn)
         assert not report.ok and not report.inference_error
@@ -304,3 +449,34 @@ def test_a_submission_off_the_mistake_model_is_not_named():
 
     report = checks.run("score_variance", squared_width)
     assert not report.ok and report.misconceptions == []
+
+
+def _naive_softmax(x):
+    e = np.exp(x)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+STEPS = [
+    ("softmax", _naive_softmax, "unstable-softmax"),
+    ("linear_forward", lambda x, weight, bias=None: x @ weight + bias, "weight-not-transposed"),
+    ("project", lambda x, W, d_k: tuple(np.split(x @ W, 3, axis=-1)), "split-in-thirds"),
+    ("attend", _attend_min_shift, "shift-by-min"),
+    ("normalise_rows", lambda x: x / x.sum(), "sum-over-everything"),
+]
+
+
+@pytest.mark.parametrize(("exercise", "fn", "mid"), STEPS, ids=[s[0] for s in STEPS])
+def test_the_first_failure_asks_and_the_same_mistake_again_names_it(exercise, fn, mid, monkeypatch):
+    """Exercises 2.1, 2.2, 3.1, 3.2 and lesson 00's practice: a first failure shows what was
+    measured and the mistake's question, not its cause; the same mistake again names it."""
+    monkeypatch.delenv(checks.FEEDBACK_ENV, raising=False)
+    checks.forget()
+    (m,) = [m for m in checks.get_exercise(exercise).misconceptions if m.id == mid]
+    with pytest.raises(AssertionError) as first:
+        checks.check(exercise, fn)
+    assert m.question in str(first.value)
+    assert m.explanation not in str(first.value)
+    with pytest.raises(AssertionError) as second:
+        checks.check(exercise, fn)
+    assert m.explanation in str(second.value)
+    checks.forget()

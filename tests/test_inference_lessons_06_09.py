@@ -16,7 +16,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from named import assert_correct, assert_named, in_registry_order
+from named import assert_correct, in_registry_order
 
 from attnlib import checks
 from attnlib.checks import get_exercise
@@ -50,6 +50,15 @@ def backward_wrong_axis_unscaled(q, k, v, g):
     dA = g @ _T(v)
     dS = A * (dA - (A * dA).sum(-2, keepdims=True))  # summed over the queries
     return dS @ k, _T(dS) @ q, _T(A) @ g  # and the 1/sqrt(d_k) forgotten
+
+
+def backward_jacobian_without_weights(q, k, v, g):
+    # the row's weighted mean subtracted, the leading A forgotten
+    A = _weights(q, k)
+    dA = g @ _T(v)
+    dS = dA - (A * dA).sum(-1, keepdims=True)
+    c = 1 / math.sqrt(q.shape[-1])
+    return dS @ k * c, _T(dS) @ q * c, _T(A) @ g
 
 
 def backward_loop_correct(q, k, v, g):
@@ -125,6 +134,20 @@ def wg_unscaled_backward(x_q, x_kv, W_q, W_k, W_v, d_out):
             np.einsum("bij,bim->jm", dv, x_kv))  # fmt: skip
 
 
+def wg_per_sentence(x_q, x_kv, W_q, W_k, W_v, d_out):
+    # einsum that keeps the batch axis: one gradient per sentence
+    dq, dk, dv = _attention_grads(*_qkv(x_q, x_kv, W_q, W_k, W_v), d_out)
+    grads = (("bij,bim->bjm", dq, x_q), ("bij,bim->bjm", dk, x_kv), ("bij,bim->bjm", dv, x_kv))
+    return tuple(np.einsum(rule, g, x) for rule, g, x in grads)
+
+
+def wg_everything_scaled(x_q, x_kv, W_q, W_k, W_v, d_out):
+    # 1/sqrt(d_k) applied to all three gradients
+    dq, dk, dv = _attention_grads(*_qkv(x_q, x_kv, W_q, W_k, W_v), d_out)
+    dv = dv / math.sqrt(W_k.shape[0])
+    return tuple(np.einsum("bij,bim->jm", g, x) for g, x in ((dq, x_q), (dk, x_kv), (dv, x_kv)))
+
+
 def wg_loop_correct(x_q, x_kv, W_q, W_k, W_v, d_out):
     dq, dk, dv = _attention_grads(*_qkv(x_q, x_kv, W_q, W_k, W_v), d_out)
     dW = [np.zeros_like(W_q), np.zeros_like(W_k), np.zeros_like(W_v)]
@@ -159,7 +182,7 @@ def wg_torch(x_q, x_kv, W_q, W_k, W_v, d_out):
 
 
 def _mha(query, key, value, W, b, Wo, bo, n_heads, batch_first, *, bias=True, merge="swap",
-         out_t=True, by="head", average=True):  # fmt: skip
+         out_t=True, by="head", average=True, split_by="swap", out_bias=True):  # fmt: skip
     if not batch_first:
         query, key, value = (t.transpose(0, 1) for t in (query, key, value))
     d = query.shape[-1]
@@ -168,14 +191,17 @@ def _mha(query, key, value, W, b, Wo, bo, n_heads, batch_first, *, bias=True, me
     bq, bk, bv = b.chunk(3) if bias else (0.0, 0.0, 0.0)
 
     def split(t):
+        if split_by == "reshape":  # straight to (batch, n_heads, seq, d_head)
+            return t.reshape(t.shape[0], n_heads, t.shape[1], dh)
         return t.reshape(t.shape[0], t.shape[1], n_heads, dh).transpose(1, 2)
 
     q, k, v = split(query @ Wq.T + bq), split(key @ Wk.T + bk), split(value @ Wv.T + bv)
-    A = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(dh if by == "head" else d), dim=-1)
+    scale = {"head": math.sqrt(dh), "model": math.sqrt(d), "none": 1.0}[by]
+    A = torch.softmax(q @ k.transpose(-1, -2) / scale, dim=-1)
     o = A @ v  # (batch, n_heads, seq_q, d_head)
     o = o.transpose(1, 2).reshape(o.shape[0], -1, d) if merge == "swap" else o.reshape(
         o.shape[0], -1, d)  # fmt: skip
-    o = o @ (Wo.T if out_t else Wo) + bo
+    o = o @ (Wo.T if out_t else Wo) + (bo if out_bias else 0.0)
     if not batch_first:
         o = o.transpose(0, 1)
     return o, (A.mean(1) if average else A)
@@ -203,6 +229,22 @@ def mha_reshape_merge_and_d_model(*a):
 
 def mha_out_as_stored_no_bias(*a):
     return _mha(*a, out_t=False, bias=False)
+
+
+def mha_split_by_reshape(*a):
+    return _mha(*a, split_by="reshape")
+
+
+def mha_unscaled(*a):
+    return _mha(*a, by="none")
+
+
+def mha_no_out_bias(*a):
+    return _mha(*a, out_bias=False)
+
+
+def mha_split_by_reshape_unscaled_no_out_bias(*a):
+    return _mha(*a, split_by="reshape", by="none", out_bias=False)
 
 
 def mha_with_linear_and_einsum(query, key, value, W, b, Wo, bo, n_heads, batch_first):
@@ -240,6 +282,19 @@ def causal_strict_arange(seq):
     return i[None, :] < i[:, None]
 
 
+def causal_one_ahead(seq):
+    return np.tri(seq, k=1, dtype=bool)  # k=1: one key past the diagonal
+
+
+def causal_additive(seq):
+    return np.where(np.tril(np.ones((seq, seq), dtype=bool)), 0.0, -np.inf)
+
+
+def causal_one_ahead_triu_float(seq):
+    i = np.arange(seq)
+    return (i[None, :] <= i[:, None] + 1).astype(np.float32)
+
+
 def padding_le(lengths, seq_k):
     return (np.arange(seq_k)[None, :] <= np.asarray(lengths)[:, None])[:, None, :]
 
@@ -251,6 +306,20 @@ def padding_pads_true(lengths, seq_k):
 def padding_torch_float_query_axis(lengths, seq_k):
     m = torch.arange(seq_k)[None, :] < torch.as_tensor(lengths)[:, None]
     return m[:, :, None].float()
+
+
+def padding_square(lengths, seq_k):
+    real = np.arange(seq_k)[None, :] < np.asarray(lengths)[:, None]
+    return real[:, :, None] & real[:, None, :]  # pad queries blocked as well
+
+
+def padding_left(lengths, seq_k):
+    return (np.arange(seq_k)[None, :] >= seq_k - np.asarray(lengths)[:, None])[:, None, :]
+
+
+def padding_left_le_int(lengths, seq_k):
+    real = np.arange(seq_k)[None, :] > seq_k - np.asarray(lengths)[:, None] - 2
+    return real[:, None, :].astype(int)
 
 
 def padding_where(lengths, seq_k):
@@ -346,6 +415,7 @@ def probe_torch(X_train, y_train, X_test, y_test):
 
 REALISTIC = [
     ("attention_backward", backward_both_untransposed, ["dk-not-transposed", "dv-not-transposed"]),
+    ("attention_backward", backward_jacobian_without_weights, ["softmax-jacobian-missing-weights"]),
     ("attention_backward", backward_wrong_axis_unscaled,
      ["softmax-jacobian-wrong-axis", "backward-scale-missing"]),
     ("weight_grads", wg_math_convention, ["weight-grad-transposed"]),
@@ -356,18 +426,32 @@ REALISTIC = [
     ("weight_grads", wg_inputs_swapped, ["query-grad-from-kv-input", "kv-grads-from-query-input"]),
     ("weight_grads", wg_math_convention_and_mean, ["weight-grad-transposed", "batch-mean"]),
     ("weight_grads", wg_unscaled_backward, ["backward-scale-missing"]),
+    ("weight_grads", wg_per_sentence, ["batch-not-reduced"]),
+    ("weight_grads", wg_everything_scaled, ["scale-on-values"]),
     ("mha_by_hand", mha_no_in_bias, ["in-proj-bias-missing"]),
     ("mha_by_hand", mha_merge_by_reshape, ["merge-without-transpose"]),
     ("mha_by_hand", mha_out_proj_as_stored, ["out-proj-not-transposed"]),
     ("mha_by_hand", mha_no_bias_per_head_weights, ["in-proj-bias-missing", "weights-not-averaged"]),
     ("mha_by_hand", mha_reshape_merge_and_d_model, ["scale-by-d-model", "merge-without-transpose"]),
     ("mha_by_hand", mha_out_as_stored_no_bias, ["in-proj-bias-missing", "out-proj-not-transposed"]),
+    ("mha_by_hand", mha_split_by_reshape, ["heads-split-without-transpose"]),
+    ("mha_by_hand", mha_unscaled, ["scores-not-scaled"]),
+    ("mha_by_hand", mha_no_out_bias, ["out-proj-bias-missing"]),
+    ("mha_by_hand", mha_split_by_reshape_unscaled_no_out_bias,
+     ["scores-not-scaled", "heads-split-without-transpose", "out-proj-bias-missing"]),
     ("causal_mask", causal_triu_float, ["causal-inverted", "mask-not-boolean"]),
     ("causal_mask", causal_torch_float, ["mask-not-boolean"]),
     ("causal_mask", causal_strict_arange, ["causal-diagonal-excluded"]),
+    ("causal_mask", causal_one_ahead, ["causal-one-future-key"]),
+    ("causal_mask", causal_additive, ["mask-not-boolean"]),
+    ("causal_mask", causal_one_ahead_triu_float, ["causal-one-future-key", "mask-not-boolean"]),
     ("padding_mask", padding_le, ["padding-off-by-one"]),
     ("padding_mask", padding_pads_true, ["padding-inverted"]),
     ("padding_mask", padding_torch_float_query_axis, ["padding-on-query-axis", "mask-not-boolean"]),
+    ("padding_mask", padding_square, ["padding-square"]),
+    ("padding_mask", padding_left, ["padding-left-aligned"]),
+    ("padding_mask", padding_left_le_int,
+     ["padding-left-aligned", "padding-off-by-one", "mask-not-boolean"]),
     ("attention_on", on_broadcast, ["index-broadcast"]),
     ("attention_on", on_sum, ["sum-not-mean"]),
     ("attention_on", on_mean_over_heads, ["mean-over-heads"]),
@@ -395,12 +479,43 @@ CORRECT = {
 }
 
 
+def assert_named_in_steps(name: str, fn, ids) -> None:
+    """Named with exactly ``ids``, by measurement; the check's feedback comes in steps.
+
+    First failure: what was measured and each mistake's question, no cause; the same
+    mistake again: each cause (its explanation) and the ids on the last line. The hidden
+    check fails it.
+    """
+    expected = in_registry_order(name, ids)
+    report = checks.run(name, fn)
+    assert not report.ok and not report.inference_error
+    assert report.misconceptions == expected, report.findings
+    assert [f.id for f in report.findings] == expected  # measured, not matched to a variant
+    assert all(len(f.detail) > 20 for f in report.findings)  # each says what was measured
+    assert checks.run(name, fn, hidden=True).misconceptions == expected
+    mistakes = {m.id: m for m in get_exercise(name).misconceptions}
+    checks.forget(name)
+    messages = []
+    for _ in range(2):
+        with pytest.raises(AssertionError) as err:
+            checks.check(name, fn)
+        messages.append(str(err.value))
+    first, second = messages
+    for mid in expected:
+        assert mistakes[mid].question in first and mistakes[mid].explanation not in first
+        assert mistakes[mid].explanation in second
+    assert second.splitlines()[-1] == checks.result_line(name, expected)
+    checks.forget(name)
+    with pytest.raises(AssertionError, match="hidden tests failed"):
+        checks.check_hidden(name, fn)
+
+
 @pytest.mark.parametrize(
     ("name", "fn", "ids"),
     [pytest.param(n, f, i, id=f"{n}-{f.__name__}") for n, f, i in REALISTIC],
 )
 def test_a_realistic_mistake_is_named_with_all_its_ids(name, fn, ids):
-    assert_named(name, fn, ids)
+    assert_named_in_steps(name, fn, ids)
 
 
 @pytest.mark.parametrize(
@@ -426,11 +541,15 @@ def test_every_pair_of_mistakes_is_named_as_two(name):
 
 
 def test_the_pair_counts_cover_every_independent_choice():
-    counts = {n: len(checks.co_occurring(n)) for n in
-              ("weight_grads", "mha_by_hand", "attention_on", "probe_accuracy")}  # fmt: skip
-    # weight_grads: 5 choices, two of one key (batch); mha: 11 choices, 1 exclusive pair
-    assert counts == {"weight_grads": 14, "mha_by_hand": 54, "attention_on": 3,
-                      "probe_accuracy": 6}  # fmt: skip
+    counts = {n: len(checks.co_occurring(n)) for n in ("weight_grads", "mha_by_hand")}
+    # weight_grads: 8 choices, three of one key (batch), two of another (scale); mha: 14
+    # choices, two of one key (scale), two of another (heads), 2 exclusive pairs
+    assert counts == {"weight_grads": 24, "mha_by_hand": 87}
+
+
+def test_the_pair_counts_cover_every_independent_choice_of_lesson_09():
+    counts = {n: len(checks.co_occurring(n)) for n in ("attention_on", "probe_accuracy")}
+    assert counts == {"attention_on": 5, "probe_accuracy": 10}
 
 
 # ----------------------------------------------------------------------------------------

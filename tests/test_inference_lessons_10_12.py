@@ -1,12 +1,17 @@
 """Diagnosis by inference for lessons 10–12, tried on submissions written the way learners
-write them: decoding with the mask's diagonal in the wrong place or the scores scaled by the
-wrong factor, an online softmax that
-takes the block's exponentials against a stale max (or one max for every row), rotary
-embeddings with wrong frequencies or an in-place rotation — alone and two at a time.
+write them: decoding with the mask's diagonal in the wrong place, the mask inverted, the
+cache appended after attending (or stored and never read) or the scores scaled by the wrong
+factor; an online softmax that takes the block's exponentials against a stale max (or one
+max for every row), rescales the block's own terms too, divides the numerator at every step
+or sums the block without keeping the summed axis; rotary embeddings with wrong
+frequencies, an in-place rotation, sines of one sign or only the queries turned — alone and
+two at a time.
 
 Each must be named with exactly its ids (two mistakes: two ids, each with a measured
-line), and fail the hidden check too. tests/test_checks_inference.py holds the idioms
-shared with other lessons; the registry tests hold every registered variant and pair.
+line), and fail the hidden check too. The first failure shows what was measured and a
+question, never the cause; the second names it (tests/test_feedback_steps.py holds the
+steps for every exercise). tests/test_checks_inference.py holds the idioms shared with
+other lessons; the registry tests hold every registered variant and pair.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import pytest
 from named import assert_correct, assert_named
 
 from attnlib import checks
+from attnlib.checks import get_exercise
 from attnlib.masks import causal_mask
 
 # ----------------------------------------------------------------------------------------
@@ -105,6 +111,27 @@ decode_unscaled = _decode_scaled(lambda q, v: 1.0)
 decode_scaled_by_sqrt_d_v = _decode_scaled(lambda q, v: 1 / np.sqrt(v.shape[-1]))
 
 
+def decode_append_after_attending(q_new, k_new, v_new, k_cache, v_cache):
+    out = np.zeros((*q_new.shape[:-1], v_new.shape[-1]))
+    if k_cache.shape[-2]:  # attend first, over what is cached so far ...
+        out = _attend(q_new, k_cache, v_cache)[0]
+    k, v = _grow(k_new, v_new, k_cache, v_cache)  # ... then store the new token
+    return out, k, v
+
+
+def decode_among_the_new_only(q_new, k_new, v_new, k_cache, v_cache):
+    k, v = _grow(k_new, v_new, k_cache, v_cache)  # stored ...
+    seq_new = q_new.shape[-2]
+    return _attend(q_new, k_new, v_new, causal_mask(seq_new))[0], k, v  # ... never read
+
+
+def decode_triu_as_blocked(q_new, k_new, v_new, k_cache, v_cache):
+    k, v = _grow(k_new, v_new, k_cache, v_cache)
+    seq_past, seq_new = k_cache.shape[-2], q_new.shape[-2]
+    blocked = np.triu(np.ones((seq_new, k.shape[-2]), dtype=bool), k=seq_past + 1)  # the future
+    return _attend(q_new, k, v, blocked)[0], k, v  # ... passed where "may attend" belongs
+
+
 def decode_unscaled_top_left(q_new, k_new, v_new, k_cache, v_cache):
     k, v = _grow(k_new, v_new, k_cache, v_cache)
     s = q_new @ np.swapaxes(k, -1, -2)
@@ -145,6 +172,29 @@ def online_stale_max_upside_down(m, l, acc, s, v):
     return m_new, alpha * l + p.sum(axis=-1, keepdims=True), alpha * acc + p @ v
 
 
+def online_alpha_on_everything(m, l, acc, s, v):
+    m_new = np.maximum(m, s.max(axis=-1, keepdims=True))
+    safe = np.where(np.isfinite(m_new), m_new, 0.0)
+    alpha, p = np.exp(m - safe), np.exp(s - safe)
+    return m_new, alpha * (l + p.sum(axis=-1, keepdims=True)), alpha * (acc + p @ v)
+
+
+def online_normalised_every_step(m, l, acc, s, v):
+    m_new = np.maximum(m, s.max(axis=-1, keepdims=True))
+    safe = np.where(np.isfinite(m_new), m_new, 0.0)
+    alpha, p = np.exp(m - safe), np.exp(s - safe)
+    l_new = alpha * l + p.sum(axis=-1, keepdims=True)
+    out = (alpha * acc + p @ v) / np.where(l_new > 0, l_new, 1.0)  # the output so far
+    return m_new, l_new, out
+
+
+def online_sum_without_keepdims(m, l, acc, s, v):
+    m_new = np.maximum(m, s.max(axis=-1, keepdims=True))
+    safe = np.where(np.isfinite(m_new), m_new, 0.0)
+    alpha, p = np.exp(m - safe), np.exp(s - safe)
+    return m_new, alpha * l + p.sum(axis=-1), alpha * acc + p @ v  # (seq_q, 1) + (seq_q,)
+
+
 def online_max_without_axis_sum_kept(m, l, acc, s, v):
     m_new = np.maximum(m, s.max())
     safe = np.where(np.isfinite(m_new), m_new, 0.0)
@@ -157,7 +207,7 @@ def online_max_without_axis_sum_kept(m, l, acc, s, v):
 # ----------------------------------------------------------------------------------------
 
 
-def _rotation(theta_of, *, overwrite=False, sign=1.0):
+def _rotation(theta_of, *, overwrite=False, sign=1.0, minus_both=False):
     def rotate(x, positions):
         theta = theta_of(x.shape[-1])  # (d_k/2,)
         angle = sign * np.asarray(positions)[:, None] * theta  # (seq, d_k/2)
@@ -166,6 +216,10 @@ def _rotation(theta_of, *, overwrite=False, sign=1.0):
         if overwrite:  # in place: the first coordinate is gone when the second is made
             out[..., 0::2] = out[..., 0::2] * cos - out[..., 1::2] * sin
             out[..., 1::2] = out[..., 0::2] * sin + out[..., 1::2] * cos
+        elif minus_both:  # "a rotation subtracts the sine"
+            x0, x1 = x[..., 0::2], x[..., 1::2]
+            out[..., 0::2] = x0 * cos - x1 * sin
+            out[..., 1::2] = x1 * cos - x0 * sin
         else:
             x0, x1 = x[..., 0::2], x[..., 1::2]
             out[..., 0::2] = x0 * cos - x1 * sin
@@ -191,10 +245,10 @@ def _two_missing(d):
     return 1.0 / 10000.0 ** (np.arange(d // 2) / d)
 
 
-def _rotary(rotate, *, rotate_values=False):
+def _rotary(rotate, *, rotate_values=False, keys=True):
     def rotary_attend(q, k, v, positions):
         v_used = rotate(v, positions) if rotate_values else v
-        return _attend(rotate(q, positions), rotate(k, positions), v_used)
+        return _attend(rotate(q, positions), rotate(k, positions) if keys else k, v_used)
 
     return rotary_attend
 
@@ -206,6 +260,10 @@ rotary_overwrites = _rotary(_rotation(_right, overwrite=True))
 rotary_overwrites_backwards = _rotary(_rotation(_right, overwrite=True, sign=-1.0))
 rotary_2i_times_2_values = _rotary(_rotation(_two_counted_twice), rotate_values=True)
 rotary_exponent_flipped_backwards = _rotary(_rotation(_exponent_flipped, sign=-1.0))
+rotary_queries_only = _rotary(_rotation(_right), keys=False)
+rotary_minus_both = _rotary(_rotation(_right, minus_both=True))
+rotary_minus_both_values = _rotary(_rotation(_right, minus_both=True), rotate_values=True)
+rotary_queries_only_backwards = _rotary(_rotation(_right, sign=-1.0), keys=False)
 
 
 REALISTIC = [
@@ -218,6 +276,9 @@ REALISTIC = [
     ("decode_step", decode_unscaled, ["decode-scale-wrong"]),
     ("decode_step", decode_scaled_by_sqrt_d_v, ["decode-scale-wrong"]),
     ("decode_step", decode_unscaled_top_left, ["mask-blocks-past", "decode-scale-wrong"]),
+    ("decode_step", decode_append_after_attending, ["new-key-not-included"]),
+    ("decode_step", decode_triu_as_blocked, ["decode-mask-inverted"]),
+    ("decode_step", decode_among_the_new_only, ["cache-not-read"]),
     ("online_softmax_update", online_stale_max, ["stale-max"]),
     ("online_softmax_update", online_max_without_axis, ["max-over-whole-block"]),
     ("online_softmax_update", online_stale_max_upside_down, ["stale-max", "rescale-inverted"]),
@@ -231,6 +292,9 @@ REALISTIC = [
         online_update_max_last,
         ["sum-not-rescaled", "acc-not-rescaled", "stale-max"],
     ),
+    ("online_softmax_update", online_alpha_on_everything, ["block-terms-rescaled"]),
+    ("online_softmax_update", online_normalised_every_step, ["acc-normalised"]),
+    ("online_softmax_update", online_sum_without_keepdims, ["sum-keepdims-lost"]),
     ("rotary_attend", rotary_2i_times_2, ["wrong-frequencies"]),
     ("rotary_attend", rotary_exponent_flipped, ["wrong-frequencies"]),
     ("rotary_attend", rotary_i_not_2i, ["wrong-frequencies"]),
@@ -238,6 +302,14 @@ REALISTIC = [
     ("rotary_attend", rotary_overwrites_backwards, ["angle-sign", "rotation-overwrites-input"]),
     ("rotary_attend", rotary_2i_times_2_values, ["rotates-values", "wrong-frequencies"]),
     ("rotary_attend", rotary_exponent_flipped_backwards, ["angle-sign", "wrong-frequencies"]),
+    ("rotary_attend", rotary_queries_only, ["only-queries-rotated"]),
+    ("rotary_attend", rotary_minus_both, ["sines-same-sign"]),
+    ("rotary_attend", rotary_minus_both_values, ["rotates-values", "sines-same-sign"]),
+    (
+        "rotary_attend",
+        rotary_queries_only_backwards,
+        ["angle-sign", "only-queries-rotated"],
+    ),
 ]
 
 
@@ -247,15 +319,26 @@ def _message(name, fn) -> str:
     return str(err.value)
 
 
+def _first_and_second(name, fn) -> tuple[str, str]:
+    """The first failure's message in a fresh kernel, then the second's (same mistake)."""
+    checks.forget()
+    try:
+        return _message(name, fn), _message(name, fn)
+    finally:
+        checks.forget()
+
+
 @pytest.mark.parametrize(
     ("name", "fn", "ids"),
     [pytest.param(n, f, i, id=f"{n}-{f.__name__}") for n, f, i in REALISTIC],
 )
 def test_a_realistic_mistake_is_named_with_all_its_ids(name, fn, ids):
     assert_named(name, fn, ids)
-    message = _message(name, fn)
-    for mid in ids:  # each mistake gets its own measured line
-        assert f"[{mid}] Measured: " in message
+    first, second = _first_and_second(name, fn)
+    for mid in ids:  # each mistake: measured and asked first, named the second time
+        m = next(m for m in get_exercise(name).misconceptions if m.id == mid)
+        assert m.question in first and m.explanation not in first and f"[{mid}]" not in first
+        assert f"[{mid}]" in second and m.explanation in second
 
 
 @pytest.mark.parametrize(
@@ -263,6 +346,13 @@ def test_a_realistic_mistake_is_named_with_all_its_ids(name, fn, ids):
     [
         ("decode_step_output", decode_strict_less_than),
         ("decode_step_output", decode_tril_one_too_far),
+        ("decode_step_output", decode_triu_as_blocked),
+        ("decode_step_output", decode_among_the_new_only),
+        ("online_softmax_update_blocks", online_sum_without_keepdims),
+        ("online_softmax_update_blocks", online_normalised_every_step),
+        ("online_softmax_update_masked_rows", online_alpha_on_everything),
+        ("rotary_attend_weights", rotary_minus_both),
+        ("rotary_attend_weights", rotary_queries_only),
         ("online_softmax_update_blocks", online_stale_max),
         ("online_softmax_update_blocks", online_max_without_axis),
         ("online_softmax_update_masked_rows", online_max_without_axis),
@@ -278,30 +368,38 @@ def test_the_graded_part_fails_and_names_the_mistake(part, fn):
 
 
 def test_a_decode_offset_message_gives_the_measured_key_sets():
-    with pytest.raises(AssertionError) as err:
-        checks.check("decode_step", decode_strict_less_than)
-    message = str(err.value)
-    assert "sees keys 0..i + 3" in message and "one key short: its own" in message
+    first, _ = _first_and_second("decode_step", decode_strict_less_than)
+    assert "sees keys 0..i + 3" in first and "no new query sees its own key" in first
+    assert "seq_past + i" not in first  # where the new query stands is the learner's to derive
 
 
 def test_the_stale_max_message_gives_the_measured_factor():
-    with pytest.raises(AssertionError) as err:
-        checks.check("online_softmax_update", online_stale_max)
-    assert "exp(m_new - m_old) times exp(score - m_new)" in str(err.value)
+    first, _ = _first_and_second("online_softmax_update", online_stale_max)
+    assert "times the block's exponentials taken against the new max: more than 1" in first
 
 
 @pytest.mark.parametrize(
-    ("fn", "words"),
+    ("fn", "turns"),
     [
-        (rotary_2i_times_2, "counted twice"),
-        (rotary_exponent_flipped, "sign is flipped"),
-        (rotary_i_not_2i, "the 2 of 2i is missing"),
+        (rotary_2i_times_2, "[1.0, 0.01, 0.0001, 1e-06]"),
+        (rotary_exponent_flipped, "[1.0, 10.0, 100.0, 1000.0]"),
+        (rotary_i_not_2i, "[1.0, 0.3162, 0.1, 0.03162]"),
     ],
 )
-def test_the_frequency_message_says_which_frequencies(fn, words):
-    with pytest.raises(AssertionError) as err:
-        checks.check("rotary_attend", fn)
-    assert words in str(err.value)
+def test_the_frequency_message_measures_how_fast_each_plane_turns(fn, turns):
+    first, second = _first_and_second("rotary_attend", fn)
+    assert f"planes 0 to 3 turn by {turns} radians per position" in first
+    assert "counted twice" not in first and "counted twice" in second
+
+
+def test_the_first_failure_for_the_wrong_sign_does_not_tell_the_fix():
+    # Exercise 12.1: the mechanism and a question first; which signs to write is not shown
+    backwards = _rotary(_rotation(_right, sign=-1.0))
+    first, second = _first_and_second("rotary_attend_weights", backwards)
+    assert "mirrored" in first and "unit vector (1, 0)" in first
+    for fix in ("cos", "sin", "turn clockwise", "turns clockwise"):
+        assert fix not in first, fix
+    assert "[angle-sign]" in second and "The planes turn clockwise" in second
 
 
 # ----------------------------------------------------------------------------------------

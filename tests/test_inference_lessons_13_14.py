@@ -18,7 +18,7 @@ import matplotlib
 import numpy as np
 import pytest
 import torch
-from named import assert_correct, assert_named
+from named import assert_correct, in_registry_order
 
 from attnlib import checks
 from attnlib.checks import get_exercise
@@ -97,6 +97,30 @@ def kc_query_side_raw(W_q, W_k, W_v, W_o):
     return float(torch.linalg.matrix_norm((W_v @ W_o) @ (W_q @ W_k.T)))
 
 
+def kc_squared_norms(W_q, W_k, W_v, W_o):
+    W_QK, W_OV = W_q @ W_k.T, W_v @ W_o
+
+    def fro(x):
+        return (x**2).sum()  # "the sum of the squared entries", without the square root
+
+    return float(fro(W_QK @ W_OV.T) / (fro(W_QK) * fro(W_OV)))
+
+
+def kc_numpy_elementwise(W_q, W_k, W_v, W_o):
+    qk = W_q.numpy() @ W_k.numpy().T
+    ov = W_v.numpy() @ W_o.numpy()
+    return float(np.linalg.norm(qk * ov.T) / (np.linalg.norm(qk) * np.linalg.norm(ov)))
+
+
+def kc_divided_by_qk_only(W_q, W_k, W_v, W_o):
+    W_QK, W_OV = W_q @ W_k.T, W_v @ W_o
+    return float(torch.linalg.norm(W_QK @ W_OV.T) / torch.linalg.norm(W_QK))  # one factor
+
+
+def kc_squared_query_side_raw(W_q, W_k, W_v, W_o):
+    return float(((W_v @ W_o @ W_q @ W_k.T) ** 2).sum())
+
+
 # ----------------------------------------------------------------------------------------
 # absorbed_scores(q, c, W_uk, q_rope, k_rope) -> (batch, n_heads, seq_q, seq_k)
 # ----------------------------------------------------------------------------------------
@@ -153,6 +177,24 @@ def topk_one_more_with_torch_topk(index_scores, n_keep, mask):
     return torch.zeros(s.shape, dtype=torch.bool).scatter(-1, top, True) & mask
 
 
+def window_longformer_numpy(seq_q, seq_k, window):
+    p = np.arange(seq_k - seq_q, seq_k)[:, None]
+    return np.abs(p - np.arange(seq_k)[None, :]) <= window / 2  # Longformer's |i - j| <= W/2
+
+
+def topk_per_key(index_scores, n_keep, mask):
+    s = index_scores.masked_fill(~mask, float("-inf"))
+    order = s.argsort(dim=-2, descending=True, stable=True)  # ranked along the queries
+    keep = torch.zeros(s.shape, dtype=torch.bool).scatter(-2, order[..., :n_keep, :], True)
+    return keep & mask
+
+
+def topk_masked_to_zero(index_scores, n_keep, mask):
+    s = torch.where(mask, index_scores, 0.0)
+    top = s.argsort(dim=-1, descending=True, stable=True)[..., :n_keep]
+    return torch.zeros(s.shape, dtype=torch.bool).scatter(-1, top, True) & mask
+
+
 REALISTIC = [
     ("previous_token_score", prev_loop_first_sequence, ["first-batch-only"]),
     ("previous_token_score", prev_range_stops_early, ["query-range-off-by-one"]),
@@ -172,6 +214,10 @@ REALISTIC = [
     ("k_composition", kc_paper_formulas_literally, ["column-vector-formulas"]),
     ("k_composition", kc_numpy_spectral_untransposed, ["ov-not-transposed", "spectral-norm"]),
     ("k_composition", kc_query_side_raw, ["query-side", "not-normalised"]),
+    ("k_composition", kc_squared_norms, ["squared-norms"]),
+    ("k_composition", kc_numpy_elementwise, ["elementwise-product"]),
+    ("k_composition", kc_divided_by_qk_only, ["half-normalised"]),
+    ("k_composition", kc_squared_query_side_raw, ["query-side", "squared-norms", "not-normalised"]),
     ("absorbed_scores", latent_without_head_axis, ["latents-broadcast-over-heads"]),
     ("absorbed_scores", latent_unscaled, ["scale-missing"]),
     ("absorbed_scores", latent_divided_by_width, ["scale-not-sqrt"]),
@@ -185,6 +231,9 @@ REALISTIC = [
     ("topk_mask", topk_last_of_ascending_sort, ["topk-tie-break"]),
     ("topk_mask", topk_threshold, ["topk-ties-all-kept"]),
     ("topk_mask", topk_one_more_with_torch_topk, ["topk-off-by-one", "topk-tie-break"]),
+    ("sliding_window_mask", window_longformer_numpy, ["window-centred"]),
+    ("topk_mask", topk_per_key, ["topk-across-queries"]),
+    ("topk_mask", topk_masked_to_zero, ["topk-mask-fill-zero"]),
 ]
 
 
@@ -192,11 +241,32 @@ REALISTIC = [
     ("name", "fn", "ids"), [pytest.param(*r, id=f"{r[0]}-{r[1].__name__}") for r in REALISTIC]
 )
 def test_a_realistic_mistake_is_named_with_all_its_ids(name, fn, ids):
-    assert_named(name, fn, ids)
-    with pytest.raises(AssertionError) as err:
+    expected = in_registry_order(name, ids)
+    report = checks.run(name, fn)
+    assert not report.ok and not report.inference_error
+    assert report.misconceptions == expected, report.findings
+    assert [f.id for f in report.findings] == expected  # measured, not matched to a variant
+    assert all(len(f.detail) > 20 for f in report.findings)  # each says what was measured
+    assert checks.diagnose(name, fn) == expected
+    assert checks.run(name, fn, hidden=True).misconceptions == expected
+    with pytest.raises(AssertionError, match="hidden tests failed"):
+        checks.check_hidden(name, fn)
+    # feedback in steps: first each measurement and its question, no cause named ...
+    checks.forget()
+    by_id = {m.id: m for m in get_exercise(name).misconceptions}
+    with pytest.raises(AssertionError) as first:
         checks.check(name, fn)
-    for mid in ids:  # each mistake gets its own measured line
-        assert f"[{mid}] Measured: " in str(err.value)
+    for f in report.findings:
+        assert f"Measured: {f.detail}" in str(first.value)
+        assert by_id[f.id].question in str(first.value)
+        assert by_id[f.id].explanation not in str(first.value)
+    # ... then, the same mistake again, each cause with its id
+    with pytest.raises(AssertionError) as second:
+        checks.check(name, fn)
+    assert str(second.value).splitlines()[-1] == checks.result_line(name, expected)
+    for mid in expected:
+        assert f"[{mid}]" in str(second.value) and by_id[mid].explanation in str(second.value)
+    checks.forget()
 
 
 # ----------------------------------------------------------------------------------------
@@ -267,6 +337,30 @@ CORRECT = [
 )
 def test_a_correct_function_written_differently_passes_with_no_diagnosis(name, fn):
     assert_correct(name, fn)
+
+
+def kc_query_side(W_q, W_k, W_v, W_o):
+    W_QK, W_OV = W_q @ W_k.T, W_v @ W_o
+    fro = torch.linalg.matrix_norm
+    return float(fro(W_OV @ W_QK) / (fro(W_QK) * fro(W_OV)))  # Q-composition's product
+
+
+def test_the_first_failure_on_the_query_side_asks_and_does_not_tell_the_fix():
+    # issue 36: 13.2's first failure named the key-side product; now it measures and asks
+    checks.forget()
+    with pytest.raises(AssertionError) as first:
+        checks.check("k_composition", kc_query_side)
+    message = str(first.value)
+    query_side = next(m for m in get_exercise("k_composition").misconceptions
+                      if m.id == "query-side")  # fmt: skip
+    assert query_side.question in message
+    assert query_side.explanation not in message
+    for answer in ("W_QK W_OVᵀ", "W_OV.T", "W_OVᵀ", "transpose", "Q-composition"):
+        assert answer not in message, answer
+    with pytest.raises(AssertionError) as second:
+        checks.check("k_composition", kc_query_side)
+    assert query_side.explanation in str(second.value)
+    checks.forget()
 
 
 @pytest.mark.parametrize("name", ["previous_token_score", "k_composition"])

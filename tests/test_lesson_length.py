@@ -123,3 +123,13 @@ def test_the_rule_counts_core_and_optional_part_apart(tmp_path):
     assert length.minutes == pytest.approx(core_words / 100 + 5 + 2 * 0.5)
     assert length.optional_minutes == pytest.approx((304 + 6) / 100 + 7 + 0.5)
     assert stated_minutes(path) == 9
+
+
+def test_the_readme_lists_every_lesson_with_its_stated_times():
+    text = (NOTEBOOKS.parent / "README.md").read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\| (\d\d) \| \[[^\]]+\]\([^)]+\) \| ([^|]+) \|", text, re.M))
+    assert sorted(rows) == [p.stem[:2] for p in LESSONS], "the README's table of lessons"
+    for path in LESSONS:
+        found = [int(m) for m in re.findall(r"~\s*(\d+)", lesson_info(path).time)]
+        want = f"~{found[0]}" + (f" + ~{found[1]} optional" if len(found) > 1 else "")
+        assert rows[path.stem[:2]].strip() == want, (path.name, rows[path.stem[:2]], want)

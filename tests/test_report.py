@@ -34,7 +34,6 @@ from attnlib.checks.protocol import FEEDBACK_ENV
 from kvstaff import report
 from kvstaff.grader.execution import STDERR_PREFIX
 
-
 A, B = LESSONS  # "01_fixture" (softmax, attend), "02_fixture_masks" (causal_mask, padding_mask)
 
 

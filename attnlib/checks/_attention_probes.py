@@ -48,15 +48,14 @@ def stability_finding(w: np.ndarray, axis: str, where: str) -> Finding | None:
     if axis == "queries" or 0 in bad:
         return Finding(
             "unstable-softmax",
-            f"{where} whose scores reach ±2e4, the weights come out NaN or inf (rows {bad}): "
-            "exp() overflowed, so the largest score was not subtracted before exp().",
+            f"{where} whose scores reach ±2e4, the weights come out NaN or inf (rows {bad}), "
+            "while ordinary scores give finite weights.",
         )
     if 1 in bad or 3 in bad:
         return Finding(
             "global-max",
             f"{where} with one row of huge scores (2e4), that row is fine but the rows of "
-            f"ordinary scores get NaN or all-zero weights (rows {bad}): one maximum of the "
-            "whole array was subtracted, so exp() underflows to 0 in every row far below it.",
+            f"ordinary scores get NaN or all-zero weights (rows {bad}).",
         )
     return None
 
@@ -68,8 +67,7 @@ def axis_findings(axis: str, w: np.ndarray, where: str, *, softmax_ids: bool) ->
         return [
             Finding(
                 wrong_axis,
-                f"on {where} each column sums to 1 ({cols[:4]}...), the rows do not: the "
-                "softmax ran over the query axis (axis=-2 or axis=0).",
+                f"on {where} each column sums to 1 ({cols[:4]}...), the rows do not.",
             )
         ]
     if axis == "all":
@@ -86,8 +84,7 @@ def axis_findings(axis: str, w: np.ndarray, where: str, *, softmax_ids: bool) ->
         return [
             Finding(
                 "weights-not-normalized",
-                f"on {where} the rows sum to {rows[:4]}, not 1, and neither do the columns: "
-                "the exponentials were not divided by their sum.",
+                f"on {where} the rows sum to {rows[:4]}, not 1, and neither do the columns.",
             )
         ]
     return []
@@ -113,8 +110,12 @@ _MAIN = (4, 5, 16, 8)
 _SQUARE = (4, 6, 6, 9)
 
 
-def _probe(sizes, seed, *, batch=(), big=False, zero_q=False):
-    """q, k, v for a probe. v = [identity | noise], so out[..., :seq_k] are the weights."""
+def _probe(sizes, seed, *, batch=(), big=False, zero_q=False, spread=None):
+    """q, k, v for a probe. v = [identity | noise], so out[..., :seq_k] are the weights.
+
+    ``big``: row 0 scores ~ +2e4, row 2 ~ -2e4 (each row's spread small); ``spread``: a
+    number s, row 0 of ordinary scores with key 1 scoring about s (q·k, unscaled) apart from
+    the others (a row's spread large)."""
     seq_q, seq_k, d_k, d_v = sizes
     rng = np.random.default_rng(seed)
     q = rng.standard_normal((*batch, seq_q, d_k)) * 0.5
@@ -126,6 +127,10 @@ def _probe(sizes, seed, *, batch=(), big=False, zero_q=False):
         q[..., :, 0] = 0.0
         q[..., 0, 0] = 2e4
         q[..., 2, 0] = -2e4
+    if spread is not None:  # only key 1 has feature 0; query 0 scores it about `spread`
+        k[..., :, 0] = 0.0
+        k[..., 1, 0] = 1.0
+        q[..., 0, 0] = spread
     if zero_q:
         q = np.zeros_like(q)
     eye = np.broadcast_to(np.eye(seq_k), (*batch, seq_k, seq_k))
@@ -242,15 +247,6 @@ def _scale_candidates(sizes, batch=None):
     return [(c, (label if c == 1.0 else f"{fmt(c)} = {label}"), mid) for c, label, mid in cands]
 
 
-_SCALE_HINT = {
-    "no-scaling": "the scores are not scaled at all",
-    "scale-not-sqrt": "you may be dividing by d_k instead of √d_k",
-    "scale-sqrt-d-v": "you may be dividing by √d_v (v.shape[-1]) instead of √d_k",
-    "scale-sqrt-seq-k": "you may be dividing by √seq_k (k.shape[-2] or len(k)) instead of √d_k",
-    "scale-multiplied": "you may be multiplying by √d_k instead of dividing",
-}
-
-
 def _scale_finding(c: float, sizes, where: str, batch=None) -> Finding | None:
     seq_q, seq_k, d_k, d_v = sizes
     named = name_factor(c, _scale_candidates(sizes, batch))
@@ -263,14 +259,10 @@ def _scale_finding(c: float, sizes, where: str, batch=None) -> Finding | None:
     if named is None:
         return Finding(
             "scale-wrong",
-            f"{measured} {fmt(c)}; {dims}, so 1/√d_k = {fmt(d_k**-0.5)}: that multiplier is "
-            "none of the usual ones (a fixed number, or the size of another axis).",
+            f"{measured} {fmt(c)}; {dims}, so 1/√d_k = {fmt(d_k**-0.5)}.",
         )
     label, mid = named
-    if mid == "scale-wrong":
-        hint = "q.shape[0], len(q) or a fixed axis index picks the wrong dimension"
-        return Finding(mid, f"{measured} {label}; {dims}: {hint}. Use q.shape[-1].")
-    return Finding(mid, f"{measured} {label}; {dims}: {_SCALE_HINT[mid]}.")
+    return Finding(mid, f"{measured} {label}; {dims}.")
 
 
 def _scores_findings(w, q, k, sizes, eps, where, *, square, batch=None):
@@ -331,8 +323,8 @@ def _mask_findings(learner, sizes, axis) -> list[Finding]:
                 Finding(
                     "mask-added",
                     "with every score 0, keys the mask allows get "
-                    f"{fmt(ratio)} times the weight of blocked ones, and blocked keys keep a "
-                    "weight: the mask's 0/1 values were added to the scores.",
+                    f"{fmt(ratio)} times the weight of blocked ones (e = {fmt(np.e)}), and "
+                    "blocked keys keep a weight.",
                 )
             ]
         w1, u1 = ordinary_weights()
@@ -350,8 +342,7 @@ def _mask_findings(learner, sizes, axis) -> list[Finding]:
             Finding(
                 "mask-multiplied",
                 "with every score 0, blocked and allowed keys get the same weight; with "
-                "ordinary scores the blocked keys still get weight: their scores became 0 "
-                "(multiplied by the mask, or filled with 0), and exp(0) = 1.",
+                "ordinary scores the blocked keys still get weight, as if their scores were 0.",
             )
         ]
     eff = M if blocked_small else ~M
@@ -360,15 +351,14 @@ def _mask_findings(learner, sizes, axis) -> list[Finding]:
             Finding(
                 "mask-inverted",
                 "keys where the mask is True get weight 0 and keys where it is False get all "
-                "of it: the mask was read as True = blocked.",
+                "of it.",
             )
         )
     if blocked_small and not bool((wp[~Mp] == 0).all()):
         found.append(
             Finding(
                 "mask-fill-finite",
-                f"blocked keys get weight {fmt(float(wp[~Mp].max()))} instead of exactly 0: "
-                "the blocked scores were set to a finite number, not -inf.",
+                f"blocked keys get weight {fmt(float(wp[~Mp].max()))} instead of exactly 0.",
             )
         )
     # Before or after the softmax: ordinary scores, compared with no mask at all.
@@ -384,8 +374,7 @@ def _mask_findings(learner, sizes, axis) -> list[Finding]:
             Finding(
                 "mask-after-softmax",
                 f"the allowed keys keep exactly the weights they have without a mask, so "
-                f"the partly masked rows sum to {sums}, not 1: the mask was applied after "
-                "the softmax.",
+                f"the partly masked rows sum to {sums}, not 1.",
             )
         )
         return found
@@ -398,17 +387,14 @@ def _mask_findings(learner, sizes, axis) -> list[Finding]:
         found.append(
             Finding(
                 "fully-masked-nan",
-                f"{which} gets NaN weights (its largest score is -inf, and -inf - (-inf) or "
-                "0/0 is NaN).",
+                f"{which} gets NaN weights; the partly masked rows are right.",
             )
         )
     elif close(row, np.full(seq_k, 1 / seq_k), rel=1e-6):
         found.append(
             Finding(
                 "mask-fill-finite",
-                f"{which} gets uniform weights 1/{seq_k} instead of 0: blocked scores were "
-                "set to a finite number (like -1e9), so a row with every key blocked is a "
-                "softmax of equal numbers.",
+                f"{which} gets uniform weights 1/{seq_k} instead of 0.",
             )
         )
     return found
@@ -458,8 +444,7 @@ def _batch_findings(learner, sizes, base, square, known: set[str]) -> list[Findi
             Finding(
                 "batch-not-supported",
                 f"your function works on 2-D q, k, v but raises on a batch (2, "
-                f"{sizes[0]}, {sizes[2]}): {ob.error()}. k.T reverses *every* axis of a "
-                "3-D array; swap the last two only.",
+                f"{sizes[0]}, {sizes[2]}): {ob.error()}.",
             )
         ]
     o1 = learner(q1, k1, v1)
@@ -491,11 +476,60 @@ def _batch_findings(learner, sizes, base, square, known: set[str]) -> list[Findi
         found = [
             Finding(
                 "batch-not-supported",
-                "a batch of two gives different results than the same two inputs one at a "
-                "time: some step mixes the batch axis (k.T, a fixed axis=0/1, q.shape[0]).",
+                "a batch of two gives different results than the same two inputs one at a time.",
             )
         ]
     return found
+
+
+# The shift a softmax subtracts, read from two rows of ordinary scores with one far outlier:
+# one 2000 below the rest (a shift by the row's mean stays below exp's overflow there, by its
+# minimum does not) and one 3000 above (both overflow; the maximum never does).
+SPREAD_DOWN, SPREAD_UP = -2000.0, 3000.0
+
+
+def spread_findings(down: list[int], up: list[int], where: str) -> list[Finding]:
+    """Name the shift from the rows that broke (NaN or inf) on the two outlier probes, after
+    rows of huge scores close together came out fine: the minimum breaks both, the mean only
+    the one with an outlier above."""
+    if down and up:
+        return [
+            Finding(
+                "shift-by-min",
+                f"{where} with one score 2000 below the others of its row, rows {down} come out "
+                f"NaN or inf, and with one 3000 above, rows {up}; rows of huge scores (±2e4) "
+                "close together come out fine.",
+            )
+        ]
+    if up and not down:
+        return [
+            Finding(
+                "shift-by-mean",
+                f"{where} with one score 3000 above the others of its row, rows {up} come out "
+                "NaN or inf; with one 2000 below them, and with huge scores (±2e4) close "
+                "together, every row comes out fine.",
+            )
+        ]
+    return []
+
+
+def _shift_findings(learner, sizes, w, q, k, axis, found) -> list[Finding]:
+    """The outlier probes of :func:`spread_findings`, their scores sized by the multiplier
+    measured on the first probe, so that the learner's own scaling makes them -2000 and
+    +3000."""
+    if any(f.id == "keys-not-transposed" for f in found):
+        return []
+    _, c, res = fit_any(w, [("T", q @ np.swapaxes(k, -1, -2))], axis)
+    if res > 1e-4 or not c > 0:
+        return []
+    broke = []
+    for target in (SPREAD_DOWN, SPREAD_UP):
+        qs, ks, vs = _probe(sizes, 4, spread=target / c)
+        ws, _, _ = _read_attention(learner(qs, ks, vs), qs, ks, vs)
+        if ws is None:
+            return []
+        broke.append(_bad_rows(ws))
+    return spread_findings(*broke, "On a probe")
 
 
 def infer_attend(learner) -> list[Finding]:
@@ -514,8 +548,7 @@ def infer_attend(learner) -> list[Finding]:
                     Finding(
                         "keepdims-missing",
                         "your function raises when seq_q ≠ seq_k (4 queries, 5 keys: "
-                        f"{o.error()[:120]}) and runs only when they are equal: a max or sum "
-                        "over the keys lost its axis.",
+                        f"{o.error()[:120]}) and runs only when they are equal.",
                     )
                 ]
             return []
@@ -534,6 +567,8 @@ def infer_attend(learner) -> list[Finding]:
         f = stability_finding(wl, axis, "On a probe")
         if f is not None:
             found.append(f)
+        elif axis in ("keys", "all", "none") and not _bad_rows(wl):
+            found += _shift_findings(learner, sizes, w, q, k, axis, found)
     found += _mask_broadcast_findings(learner, sizes)
     found += _batch_findings(learner, sizes, o, square, {f.id for f in found})
     return found

@@ -8,7 +8,8 @@ k runs and can be recognised.
 When a function is wrong, each exercise's ``infer`` measures it on probes (see
 :mod:`attnlib.checks._core`): for softmax and attend, which axis the weights sum to 1
 over, the multiplier the scores were scaled by (a fit of log-weights against the raw
-scores), what blocked keys and fully masked rows get, which rows break on huge scores,
+scores), what blocked keys and fully masked rows get, which rows break on huge scores
+(and on a row with one score far below the rest: a shift by the row minimum),
 and whether a batch gives what its elements give one at a time. The probes live in
 :mod:`attnlib.checks._attention_probes`; lesson 08's masks in :mod:`attnlib.checks.ex_masks`.
 """
@@ -17,7 +18,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnlib.checks._attention_probes import axis_findings, fit_any, infer_attend, stability_finding
+from attnlib.checks._attention_probes import (
+    SPREAD_DOWN,
+    SPREAD_UP,
+    axis_findings,
+    fit_any,
+    infer_attend,
+    spread_findings,
+    stability_finding,
+)
 from attnlib.checks._core import Case, Exercise, Finding, Misconception, register
 from attnlib.checks.measure import fmt, normalisation, tolerance
 from attnlib.core import attend as _attend
@@ -81,7 +90,8 @@ def _softmax_build(*, axis=-1, normalise=True, max_mode="row", scale=None, keepd
     """A softmax with the given choices; the defaults give the correct function.
 
     ``axis``: -1, 0, -2 (0 for a 1-D input) or "all"; ``max_mode``: "row" (the max along
-    the normalised axis, the last one for "all"), "none" or "global"; ``scale``: None or
+    the normalised axis, the last one for "all"), "none", "global", "min" or "mean" (the
+    smallest score along that axis, or the mean, instead of the largest); ``scale``: None or
     "sqrt" (the input divided by √(its last dimension)); ``keepdims`` of the max and sum.
     """
 
@@ -94,6 +104,10 @@ def _softmax_build(*, axis=-1, normalise=True, max_mode="row", scale=None, keepd
             m = x.max(axis=max_ax, keepdims=keepdims)
         elif max_mode == "global":
             m = x.max()
+        elif max_mode == "min":
+            m = x.min(axis=max_ax, keepdims=keepdims)
+        elif max_mode == "mean":
+            m = x.mean(axis=max_ax, keepdims=keepdims)
         else:
             m = 0.0
         e = np.exp(x - m)
@@ -112,6 +126,23 @@ _SM_MAIN = np.array(  # (4, 5): moderate scores
         [0.0, 2.4, -0.3, 0.5, 1.2],
     ]
 )
+
+
+def _outliers(score: float) -> np.ndarray:
+    """(4, 5) ordinary rows; rows 0 and 3 each with one score ``score`` (and 0.75 of it)."""
+    x = np.array(
+        [
+            [0.5, 0.0, 1.0, 0.2, -1.0],
+            [0.3, -1.2, 2.0, 0.7, -0.4],
+            [1.5, 0.1, -0.8, -2.1, 0.9],
+            [-0.6, 1.1, 0.4, 1.8, 0.0],
+        ]
+    )
+    x[0, 1], x[3, 4] = score, 0.75 * score
+    return x
+
+
+_SM_DOWN, _SM_UP = _outliers(SPREAD_DOWN), _outliers(SPREAD_UP)
 _SM_LARGE = np.array(  # rows: huge positive, ordinary, huge negative, ordinary
     [
         [2e4, 2e4 - 1.0, 2e4 - 3.0, 2e4 + 0.5, 2e4 - 2.0],
@@ -170,6 +201,15 @@ def _infer_softmax(learner) -> list[Finding]:
         f = stability_finding(wl, axis, "On a 4 x 5 input")
         if f is not None:
             found.append(f)
+        elif np.isfinite(wl).all():
+            broke = []
+            for probe in (_SM_DOWN, _SM_UP):
+                os_ = learner(probe.copy())
+                ws = os_.array(0) if os_.ok and os_.arity == 1 else None
+                if ws is None or ws.shape != probe.shape or ws.dtype == bool:
+                    return found
+                broke.append([i for i in range(4) if not np.isfinite(ws[i]).all()])
+            found += spread_findings(*broke, "On a 4 x 5 input")
     return found
 
 
@@ -191,6 +231,9 @@ register(
             # and equals each column's max in the probe
             frozenset({"global-max", "softmax-sums-everything"}),
             frozenset({"global-max", "softmax-wrong-axis"}),
+            # each column's minimum or mean: the huge-score probe overflows first
+            frozenset({"shift-by-min", "softmax-wrong-axis"}),
+            frozenset({"shift-by-mean", "softmax-wrong-axis"}),
             # a function that raises on non-square input can be measured no further
             *(
                 frozenset({"keepdims-missing", other})
@@ -201,61 +244,118 @@ register(
                     "softmax-sums-everything",
                     "weights-not-normalized",
                     "softmax-scaled",
+                    "shift-by-min",
+                    "shift-by-mean",
                 )
             ),  # fmt: skip
         ),
         misconceptions=(
             Misconception(
                 "unstable-softmax",
-                "exp() of a large score overflows to inf, and inf/inf is NaN. Subtract each "
-                "row's maximum before exp(): the result is mathematically the same, and every "
-                "exponent is then <= 0.",
+                "The scores go into the exponential as they are. Above about 709.78 (float64) "
+                "the exponential overflows to infinity, and infinity divided by infinity is "
+                "NaN. Shifting a row by a constant changes nothing in its weights; the shift "
+                "that keeps every exponent at or below 0 is the row's own maximum.",
                 (_softmax_build(max_mode="none"),),
                 {"max_mode": "none"},
+                question="Which rows of your weights are NaN, and how large are their "
+                "scores? What does the exponential of 2e4 give in float64, and which shift "
+                "of such a row keeps every exponent small?",
             ),
             Misconception(
                 "global-max",
-                "Subtract each row's own maximum (x.max(axis=-1, keepdims=True)), not the "
-                "maximum of the whole array: a row whose scores are all far below it gets "
-                "exp() = 0 everywhere, and 0/0 is NaN.",
+                "One shift serves the whole array: its overall maximum. A row whose scores "
+                "all lie far below that maximum gets exponentials that underflow to 0 "
+                "everywhere, and 0 divided by 0 is NaN. Each row needs its own shift, its own "
+                "maximum.",
                 (_softmax_build(max_mode="global"),),
                 {"max_mode": "global"},
+                question="The row of huge scores comes out right and the ordinary rows do "
+                "not. What constant did you subtract from an ordinary row, and what are its "
+                "exponentials after that shift?",
+            ),
+            Misconception(
+                "shift-by-min",
+                "Each row is shifted by its smallest score. Every exponent is then 0 or "
+                "above, so a row whose scores spread over more than about 709 (or a row with "
+                "a masked score of minus infinity) overflows to infinity, and the weights "
+                "become NaN. The shift that keeps every exponent at or below 0 is the row's "
+                "largest score.",
+                (_softmax_build(max_mode="min"),),
+                {"max_mode": "min"},
+                question="After your shift, what is the largest exponent in a row whose "
+                "scores run from -2000 to 1? Which shift of that row keeps every exponent at "
+                "or below 0?",
+            ),
+            Misconception(
+                "shift-by-mean",
+                "Each row is shifted by its mean score. That keeps most exponents small, but a "
+                "row with one score far above the others still leaves that score hundreds above "
+                "0 after the shift, and its exponential overflows to infinity. Only the row's "
+                "largest score guarantees every exponent at or below 0.",
+                (_softmax_build(max_mode="mean"),),
+                {"max_mode": "mean"},
+                question=(
+                    "Your weights break on a row with one score far above the rest. What is "
+                    "that score's exponent after your shift? Which shift would bring the "
+                    "largest exponent of any row to exactly 0?"
+                ),
             ),
             Misconception(
                 "softmax-wrong-axis",
-                "The weights are normalised along the wrong axis. Each row (one query) must sum "
-                "to 1 over its keys: use axis=-1 with keepdims=True in both max and sum.",
+                "The weights are normalised along the wrong axis: down the columns (over the "
+                "queries), or along a fixed axis that is the last one only for some inputs. "
+                "Each row, one query, must sum to 1 over its keys, and the keys are always "
+                "the last axis, whatever the number of axes in front.",
                 (_softmax_build(axis=0), _softmax_build(axis=-2)),
                 {"axis": 0},
+                question="Add up your weights along a row and down a column: which comes "
+                "out as 1? Try an input with three axes too: along which axis do your sums "
+                "run there?",
             ),
             Misconception(
                 "softmax-sums-everything",
-                "The sum runs over the whole array, so all rows together sum to 1. Sum over the "
-                "last axis only (axis=-1, keepdims=True).",
+                "The exponentials are divided by one sum over the whole array, so all rows "
+                "together sum to 1 and each row gets only its share. Each row is one query's "
+                "weights and needs its own sum over its keys.",
                 (_softmax_build(axis="all"),),
                 {"axis": "all"},
+                question="What does one row of your weights add up to, and what does the "
+                "whole array add up to? Over what did your sum run?",
             ),
             Misconception(
                 "weights-not-normalized",
-                "The exponentials are never divided by their sum, so rows do not sum to 1. "
-                "Divide by e.sum(axis=-1, keepdims=True).",
+                "The exponentials are returned without dividing by their sum, so the rows do "
+                "not sum to 1. The softmax's second step divides each row by its own total.",
                 (_softmax_build(normalise=False),),
                 {"normalise": False},
+                question="What do the rows of your weights add up to? Which step of the "
+                "softmax formula turns exponentials into weights that sum to 1?",
             ),
             Misconception(
                 "keepdims-missing",
-                "x.max(axis=-1) and x.sum(axis=-1) drop the axis they reduce: shape (..., n) "
-                "against x's (..., n, seq_k) lines up with the wrong axis, which only runs "
-                "when the two sizes are equal. Use keepdims=True in both.",
+                "A maximum or a sum over the last axis has lost that axis: one flat list with "
+                "a number per row, which numpy lines up with the columns rather than the "
+                "rows. It only runs when the two sizes are equal, and then shifts or divides "
+                "column j by row j's number. Keep the reduced axis with length 1, so that "
+                "each row's number sits beside its row.",
                 (_softmax_build(keepdims=False),),
                 {"keepdims": False},
+                question="Your function runs on one row and on a square matrix but raises on "
+                "a 4 by 5 one. Print the shape of your row maxima or row sums next to the "
+                "shape of x: which axis of x do they line up with?",
             ),
             Misconception(
                 "softmax-scaled",
-                "The softmax rescales its input. It takes the scores as they are: scaling "
-                "(by 1/√d_k) belongs to the scores, computed before the softmax is called.",
+                "The softmax rescales its input before the exponential. It takes the scores "
+                "as they are: the scaling by one over the square root of d_k belongs to the "
+                "scores, computed before the softmax is called (and a softmax does not know "
+                "d_k).",
                 (_softmax_build(scale="sqrt"),),
                 {"scale": "sqrt"},
+                question="Compare your weights with those of the plain formula on one row: "
+                "are yours flatter? What do you multiply the input by before the "
+                "exponential, and does the formula do that?",
             ),
         ),
     )
@@ -350,8 +450,9 @@ def _attend_build(
     ``mask_mode`` ("before", "after", "multiplied", "added", "ignored"), ``invert_mask``,
     ``fill`` of blocked scores ("guard": -inf with fully masked rows kept at 0, "nan":
     -inf without, "finite": -1e9), ``transpose_k`` (True, False, "T" = k.T), ``transpose_w``,
-    ``max_mode`` ("row", "none", "global"), ``outputs`` ("pair", "swapped", "out-only"),
-    ``blend`` ("v", "k": what the weights average) and ``keepdims`` of the softmax's sums.
+    ``max_mode`` ("row", "none", "global", "min" or "mean": a row's smallest or mean
+    score), ``outputs`` ("pair", "swapped", "out-only"), ``blend`` ("v", "k": what the
+    weights average) and ``keepdims`` of the softmax's sums.
     ``mask_mode="index"`` blocks with ``s[~mask] = -inf``, which does not broadcast.
     """
 
@@ -388,6 +489,10 @@ def _attend_build(
             mx = s.max(axis=-1 if axis == "all" else axis, keepdims=True)
         elif max_mode == "global":
             mx = s.max()
+        elif max_mode == "min":
+            mx = s.min(axis=-1 if axis == "all" else axis, keepdims=True)
+        elif max_mode == "mean":
+            mx = s.mean(axis=-1 if axis == "all" else axis, keepdims=True)
         else:
             mx = np.zeros(())
         if guard:
@@ -411,8 +516,10 @@ def _attend_build(
     return fn
 
 
-def _m(mid, explanation, **settings):
-    return Misconception(mid, explanation, (_attend_build(**settings),), settings)
+def _m(mid, explanation, question, **settings):
+    return Misconception(
+        mid, explanation, (_attend_build(**settings),), settings, question=question
+    )
 
 
 _NO_FULL_ROW = ("fully-masked-nan", "mask-fill-finite")  # what a fully masked row gets
@@ -422,7 +529,7 @@ _ATTEND_IDS = (
     "mask-after-softmax", "mask-multiplied", "mask-added", "mask-ignored", "mask-inverted",
     "fully-masked-nan", "mask-fill-finite", "keys-not-transposed", "batch-not-supported",
     "weights-transposed", "unstable-softmax", "global-max", "output-arity", "outputs-swapped",
-    "blends-keys", "mask-not-broadcast",
+    "blends-keys", "mask-not-broadcast", "shift-by-min", "shift-by-mean",
 )  # fmt: skip
 
 register(
@@ -483,176 +590,292 @@ register(
             frozenset({"weights-not-normalized", "mask-after-softmax"}),
             # Nothing batched runs with k.T, so no batched mask can be tried.
             frozenset({"batch-not-supported", "mask-not-broadcast"}),
+            # A shift by the row minimum: masked rows (-inf or -1e9 in them) overflow or give
+            # NaN before the mask can be read; over the query axis the huge-score probe
+            # already breaks.
+            frozenset({"shift-by-min", "fully-masked-nan"}),
+            frozenset({"shift-by-min", "mask-fill-finite"}),
+            frozenset({"shift-by-min", "softmax-over-queries"}),
+            frozenset({"shift-by-mean", "fully-masked-nan"}),
+            frozenset({"shift-by-mean", "mask-fill-finite"}),
+            frozenset({"shift-by-mean", "softmax-over-queries"}),
+            # scores made with q @ k: the outlier probes are built for q @ kᵀ
+            frozenset({"shift-by-min", "keys-not-transposed"}),
+            frozenset({"shift-by-mean", "keys-not-transposed"}),
             # A function that only runs when seq_q == seq_k can be measured no further.
             *(frozenset({"keepdims-missing", other}) for other in _ATTEND_IDS),
         ),
         misconceptions=(
             _m(
                 "softmax-over-queries",
-                "The softmax runs over the query axis (axis=-2), so each column sums to 1. "
-                "A query distributes its attention over the keys: softmax over axis=-1.",
+                "The softmax runs over the query axis, so each column sums to 1: every key "
+                "shares out one unit of attention among the queries. A query distributes its "
+                "own attention over the keys, so each row must sum to 1, along the last axis.",
+                "Add up your weights along a row and down a column: which comes out as 1? Whose "
+                "attention should sum to 1, a query's or a key's?",
                 axis=-2,
             ),
             _m(
                 "softmax-sums-everything",
-                "The exponentials are divided by the sum of the whole score matrix, so all "
-                "queries together share one unit of attention. Each query row sums to 1 on "
-                "its own: e.sum(axis=-1, keepdims=True).",
+                "The exponentials are divided by one sum over the whole score matrix, so all "
+                "queries together share one unit of attention. Each query's row sums to 1 on "
+                "its own.",
+                "What does one row of your weights add up to, and what does the whole matrix "
+                "add up to? Over what did your sum run?",
                 axis="all",
             ),
             _m(
                 "weights-not-normalized",
-                "The exponentials are never divided by their row sum, so a query's weights do "
-                "not sum to 1. Divide by e.sum(axis=-1, keepdims=True).",
+                "The exponentials are never divided by their row's total, so a query's weights "
+                "do not sum to 1 and the output is not an average of the values.",
+                "What do the rows of your weights add up to? Which step of the softmax makes "
+                "them sum to 1?",
                 normalise=False,
             ),
             _m(
                 "no-scaling",
-                "The scores are not scaled. Multiply q @ kᵀ by 1/sqrt(d_k) (d_k = q.shape[-1]) "
-                "before the softmax, or wide vectors make the softmax saturate.",
+                "The scores are not scaled. Dot products of d_k-wide vectors have a spread that "
+                "grows like the square root of d_k, which makes the softmax saturate; attention "
+                "divides them by that square root before the softmax.",
+                "Compare your weights with the reference's on one query: are yours sharper? By "
+                "what factor would you have to multiply your scores to match, and how does it "
+                "relate to d_k?",
                 scale="none",
             ),
             _m(
                 "scale-not-sqrt",
-                "The scores are divided by d_k instead of sqrt(d_k). The dot product of two "
-                "random d_k-vectors has standard deviation sqrt(d_k), so divide by sqrt(d_k).",
+                "The scores are divided by d_k instead of its square root. The dot product of "
+                "two random d_k-vectors has a standard deviation of the square root of d_k, so "
+                "dividing by the square root brings it back to about 1; dividing by d_k "
+                "flattens the weights too much.",
+                "The check measured the factor your scores were multiplied by. Is it one over "
+                "d_k or one over its square root, and which of the two makes the spread of the "
+                "scores about 1?",
                 scale="d_k",
             ),
             _m(
                 "scale-sqrt-d-v",
-                "The scores are divided by √d_v, the width of the values. The scores compare "
-                "queries with keys, whose width is d_k = q.shape[-1]: divide by √d_k.",
+                "The scores are divided by the square root of d_v, the width of the values. The "
+                "scores compare queries with keys, so the width that sets their spread is d_k, "
+                "the last size of q and k.",
+                "The check measured the factor your scores were multiplied by. Which width of "
+                "the inputs does it come from, and which vectors does a score multiply "
+                "together?",
                 scale="d_v",
             ),
             _m(
                 "scale-sqrt-seq-k",
-                "The scores are divided by √seq_k, the number of keys. The spread of q·k grows "
-                "with the vectors' width d_k = q.shape[-1], not with how many keys there are: "
-                "divide by √d_k.",
+                "The scores are divided by the square root of seq_k, the number of keys. The "
+                "spread of one dot product grows with the width of the vectors, d_k, not with "
+                "how many keys there are.",
+                "The check measured the factor your scores were multiplied by. Which size of "
+                "the inputs gives it, a number of keys or a width of vectors? Which one does a "
+                "single dot product depend on?",
                 scale="seq_k",
             ),
             _m(
                 "scale-multiplied",
-                "The scores are multiplied by √d_k instead of divided by it, which makes the "
-                "softmax even sharper. Divide: q @ kᵀ / sqrt(d_k).",
+                "The scores are multiplied by the square root of d_k instead of divided by it, "
+                "which makes the softmax sharper still instead of keeping the spread of the "
+                "scores about 1.",
+                "The check measured the factor your scores were multiplied by. Is it larger or "
+                "smaller than 1, and which way should scaling move wide vectors' scores?",
                 scale="mult",
             ),
             _m(
                 "scale-wrong",
-                "The scores are scaled by a number that is not 1/√d_k: a fixed constant from "
-                "another example, or the size of another axis. Compute it from the input: "
-                "1 / sqrt(q.shape[-1]).",
+                "The scores are scaled by a number that is not one over the square root of d_k: "
+                "a fixed constant copied from an example, or the size of another axis. The "
+                "factor has to come from the width of the queries and keys of the input at "
+                "hand.",
+                "The check measured the factor your scores were multiplied by, and the probe's "
+                "sizes. Which size of the inputs did your factor come from, and is it the width "
+                "of q and k?",
                 scale="const8",
             ),
             _m(
                 "mask-after-softmax",
-                "The mask is applied after the softmax, so the kept weights no longer sum to 1 "
-                "(they were normalised together with the blocked ones). Set blocked scores to "
-                "-inf before the softmax.",
+                "The mask is applied to the weights after the softmax: the blocked keys were "
+                "normalised together with the allowed ones, so the allowed weights no longer "
+                "sum to 1. Blocking has to happen to the scores before the softmax, so that the "
+                "allowed keys share the whole unit of attention.",
+                "What do the partly masked rows of your weights add up to? At which step did "
+                "the blocked keys stop counting: before or after the weights were normalised?",
                 mask_mode="after",
             ),
             _m(
                 "mask-multiplied",
                 "The boolean mask is multiplied into the scores. A blocked score then becomes "
-                "0, and exp(0) = 1: the key still gets weight. Set blocked scores to -inf: "
-                "np.where(mask, s, -np.inf).",
+                "0, and the exponential of 0 is 1, so the key still gets weight. A blocked key "
+                "must get a score whose exponential is exactly 0: minus infinity.",
+                "Which weight does a blocked key get from your function? What score did it have "
+                "after your masking step, and what is the exponential of that score?",
                 mask_mode="multiplied",
             ),
             _m(
                 "mask-added",
-                "The boolean mask is added to the scores (True counts as 1), which only "
-                "nudges them. A mask blocks: np.where(mask, s, -np.inf) before the softmax.",
+                "The boolean mask is added to the scores, True counting as 1, which only nudges "
+                "them: blocked keys keep a weight. A blocked key needs a score of minus "
+                "infinity, whose exponential is 0.",
+                "With every score 0, how much more weight does an allowed key get than a "
+                "blocked one in your function? What did your masking step do to the scores?",
                 mask_mode="added",
             ),
             _m(
                 "mask-ignored",
-                "The mask argument is never used. Set the scores of blocked keys (mask False) "
-                "to -inf before the softmax.",
+                "The mask argument is never used, so blocked keys get weight like any other. "
+                "The scores of blocked keys have to be set to minus infinity before the "
+                "softmax.",
+                "Call your function with and without a mask: do the weights change? Where in "
+                "your code does the mask enter?",
                 mask_mode="ignored",
             ),
             _m(
                 "mask-inverted",
-                "The mask is read the wrong way round. In this course True = may attend: keep "
-                "scores where mask is True and set the others to -inf.",
+                "The mask is read the wrong way round. In this course True means may attend: "
+                "the scores where the mask is True are kept and the others are blocked.",
+                "Which keys get weight 0 in your function, those where the mask is True or "
+                "those where it is False? What does True mean in this course's masks?",
                 invert_mask=True,
             ),
             _m(
                 "fully-masked-nan",
-                "A query that may attend to no key gets NaN (its max is -inf, and "
-                "-inf - (-inf) is NaN). Give such rows weight 0 and output 0: e.g. replace a "
-                "-inf row max by 0 and divide by max(sum, tiny).",
+                "A query that may attend to no key has every score at minus infinity. Its row "
+                "maximum is then minus infinity, and minus infinity minus minus infinity is NaN "
+                "(or its sum is 0, and 0 divided by 0 is NaN). The course's rule gives such a "
+                "row weights 0 and output 0: the shift must not be minus infinity there, and a "
+                "zero sum must not be divided by.",
+                "Which row of your weights is NaN, and which keys may that query attend to? "
+                "Follow that row through your steps: what is its maximum, what is each score "
+                "minus it, and what is its sum?",
                 fill="nan",
             ),
             _m(
                 "mask-fill-finite",
-                "Blocked scores are set to a large negative number (like -1e9) instead of "
-                "-inf. Partly masked rows come out right, but a query that may attend to no "
-                "key gets uniform weights instead of 0. Use -inf and give rows with no allowed "
-                "key weight 0 (replace a -inf row max by 0, divide by max(sum, tiny)).",
+                "Blocked scores are set to a large negative number instead of minus infinity. "
+                "Partly masked rows come out right, but in a row where every key is blocked all "
+                "scores are that same number, and the softmax of equal numbers is uniform, not "
+                "0. Minus infinity, with the fully masked rows given weight 0, keeps the "
+                "course's rule.",
+                "What weights does the query with no allowed key get from your function? What "
+                "number did you give its blocked scores, and what is the softmax of a row of "
+                "equal numbers?",
                 fill="finite",
             ),
             _m(
                 "keys-not-transposed",
-                "k is not transposed: scores are q @ kᵀ, shape (..., seq_q, seq_k). Use "
-                "np.swapaxes(k, -1, -2) (k.T reverses every axis of a batched array).",
+                "The keys are not transposed: each query is paired with the columns of k (one "
+                "feature across keys) instead of its rows (one key each). The scores need the "
+                "last two axes of k swapped, giving one score per query and key; the product "
+                "you wrote only runs when seq_k equals d_k.",
+                "Your function runs only when seq_k equals d_k. Write score [0, 0] out by hand: "
+                "which numbers of k does your product pair with query 0, a row or a column?",
                 transpose_k=False,
             ),
             _m(
                 "batch-not-supported",
-                "Batched inputs (batch, seq, d) fail or mix. k.T reverses every axis (for 3-D "
-                "k it gives (d_k, seq_k, batch)); use np.swapaxes(k, -1, -2) or "
-                "k.transpose(-2, -1), and name axes from the end (axis=-1, shape[-1]).",
+                "Batched inputs fail or get mixed: a transpose that reverses every axis (for a "
+                "3-D array it turns (batch, seq_k, d_k) into (d_k, seq_k, batch)), a fixed axis "
+                "number, or a size read from the front. Only the last two axes of k may be "
+                "swapped, and every axis and size must be counted from the end.",
+                "Your function works on one sentence and not on a batch of two. Print the shape "
+                "of your transposed keys for a batch: which axes did it swap? Which of your "
+                "axes or sizes are counted from the front?",
                 transpose_k="T",
             ),
             _m(
                 "weights-transposed",
-                "The returned weights are transposed. Rows are queries and columns are keys: "
-                "weights has shape (..., seq_q, seq_k).",
+                "The returned weights are transposed: one row per key. Rows are queries and "
+                "columns are keys, so the weights have shape (seq_q, seq_k) with any batch axes "
+                "in front.",
+                "What shape are the weights you return, and which of its sizes is the number of "
+                "queries?",
                 transpose_w=True,
             ),
             _m(
                 "unstable-softmax",
-                "exp() of large scores overflows to inf and the weights become NaN. Subtract "
-                "each row's max score before exp().",
+                "The scores go into the exponential unshifted. Large scores overflow to "
+                "infinity, and the weights become NaN. Shifting a row by a constant changes "
+                "nothing in its weights, and the row's own maximum keeps every exponent at or "
+                "below 0.",
+                "Which rows of your weights are NaN, and how large are their scores? What does "
+                "the exponential of a score of a few thousand give, and which shift of the row "
+                "would keep it small?",
                 max_mode="none",
             ),
             _m(
                 "global-max",
-                "One maximum of the whole score array is subtracted before exp(). A row whose "
-                "scores are all far below it gets exp() = 0 everywhere, and then 0/0. Subtract "
-                "each row's own max: s.max(axis=-1, keepdims=True).",
+                "One maximum of the whole score array is subtracted. A row whose scores all lie "
+                "far below it gets exponentials that underflow to 0 everywhere, and then 0 "
+                "divided by 0. Each row needs its own maximum.",
+                "The row of huge scores comes out right and the ordinary rows do not. What did "
+                "you subtract from an ordinary row, and what are its exponentials after that?",
                 max_mode="global",
             ),
             _m(
+                "shift-by-min",
+                "Each row is shifted by its smallest score, so every exponent is 0 or above: a "
+                "row whose scores spread over more than about 709 overflows to infinity and its "
+                "weights become NaN. The shift that keeps every exponent at or below 0 is the "
+                "row's largest score.",
+                "After your shift, what is the largest exponent in a row where one score lies "
+                "far below the others? Which shift keeps every exponent at or below 0?",
+                max_mode="min",
+            ),
+            _m(
+                "shift-by-mean",
+                "Each row is shifted by its mean score. Most exponents stay small, but in a row "
+                "with one score far above the others that score is still hundreds above 0 after "
+                "the shift, and its exponential overflows to infinity. Only the row's largest "
+                "score keeps every exponent at or below 0.",
+                "Your weights break on a row with one score far above the rest. What is that "
+                "score's exponent after your shift? Which shift would bring the largest "
+                "exponent of any row to exactly 0?",
+                max_mode="mean",
+            ),
+            _m(
                 "output-arity",
-                "attend returns two things, in this order: (out, weights) — out of shape "
-                "(..., seq_q, d_v) and weights of shape (..., seq_q, seq_k).",
+                "attend returns two things, in this order: the output, of shape (seq_q, d_v), "
+                "and the weights, of shape (seq_q, seq_k), with any batch axes in front.",
+                "How many values does your function return, and what are their shapes? What "
+                "does the exercise ask it to return?",
                 outputs="out-only",
             ),
             _m(
                 "outputs-swapped",
-                "The two results come back in the wrong order. Return (out, weights): the "
-                "blended values first, then the weights.",
+                "The two results come back in the wrong order. The exercise returns the blended "
+                "values first and the weights second.",
+                "What shape is the first value you return, and what shape is the second? In "
+                "which order does the exercise ask for them?",
                 outputs="swapped",
             ),
             _m(
                 "blends-keys",
-                "The weights average the keys. Keys are what queries are compared with; the "
-                "output blends the *values*: out = weights @ v.",
+                "The weights average the keys. Keys are what the queries are compared with; "
+                "what a query receives is the weighted average of the values.",
+                "How wide is your output, and which input has that width? Which of q, k and v "
+                "should the weights average?",
                 blend="k",
             ),
             _m(
                 "mask-not-broadcast",
-                "Blocking with boolean indexing (s[~mask] = -np.inf) needs a mask of exactly "
-                "the scores' shape, so a padding mask (batch, 1, seq_k) fails. "
-                "np.where(mask, s, -np.inf) broadcasts the mask over the queries.",
+                "Blocking by boolean indexing needs a mask of exactly the scores' shape, so a "
+                "padding mask of shape (batch, 1, seq_k) fails. The mask has to be broadcast "
+                "over the queries, as an elementwise choice between the score and minus "
+                "infinity does.",
+                "A full-size mask works and a padding mask of shape (batch, 1, seq_k) raises. "
+                "Which step of your masking requires the mask to have the scores' exact shape?",
                 mask_mode="index",
             ),
             _m(
                 "keepdims-missing",
-                "A max or sum over the keys lost its axis: s.sum(axis=-1) has shape "
-                "(..., seq_q), which lines up with the keys, not the queries, so it only runs "
-                "when seq_q == seq_k (and is wrong there). Use keepdims=True.",
+                "A maximum or sum over the keys has lost its axis: one flat list with a number "
+                "per query, which numpy lines up with the keys, not the queries. It only runs "
+                "when seq_q equals seq_k, and is wrong there. Keep the reduced axis with length "
+                "1.",
+                "Your function raises when seq_q and seq_k differ. Print the shape of your row "
+                "maxima or row sums next to the shape of the scores: which axis do they line up "
+                "with?",
                 keepdims=False,
             ),
         ),

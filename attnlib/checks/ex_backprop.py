@@ -54,8 +54,8 @@ def _bw_variant(*, correction=True, corr_axis=-1, scale=True, dk_t=True, dv_t=Tr
     """The backward pass with one step changed; the defaults give the correct function.
 
     ``correction``: True (the full softmax Jacobian), False (its diagonal only), "col"
-    (the row sum Σ A·dA taken over queries — the same as ``corr_axis=-2``) or "unweighted"
-    (Σ dA instead of Σ A·dA).
+    (the row sum Σ A·dA taken over queries — the same as ``corr_axis=-2``), "unweighted"
+    (Σ dA instead of Σ A·dA) or "noA" (dA − Σ A·dA, without the leading factor A).
     """
 
     def fn(q, k, v, d_out):
@@ -69,6 +69,8 @@ def _bw_variant(*, correction=True, corr_axis=-1, scale=True, dk_t=True, dv_t=Tr
         dS = A * (dA - (A * dA).sum(axis=axis, keepdims=True)) if correction else A * dA
         if correction == "unweighted":
             dS = A * (dA - dA.sum(axis=-1, keepdims=True))
+        if correction == "noA":
+            dS = dA - (A * dA).sum(axis=-1, keepdims=True)
         c = 1 / math.sqrt(q.shape[-1]) if scale else 1.0
         dq = dS @ k * c
         dk = (T(dS) if dk_t else dS) @ q * c
@@ -114,8 +116,8 @@ def _infer_backward(learner) -> list[Finding]:
         found.append(
             Finding(
                 "dv-not-transposed",
-                "with seq_q = seq_k = 3 your dv equals A @ d_out (rows of A, one per query), "
-                "not Aᵀ @ d_out.",
+                "with seq_q = seq_k = 3 row j of your dv is built from row j of the weights "
+                "(what query j gave out), not from column j (what key j received).",
             )
         )
     dA = d_out @ v.T
@@ -124,6 +126,7 @@ def _infer_backward(learner) -> list[Finding]:
         ("diag", A * dA),
         ("col", A * (dA - (A * dA).sum(axis=-2, keepdims=True))),
         ("unweighted", A * (dA - dA.sum(axis=-1, keepdims=True))),
+        ("noA", dA - (A * dA).sum(axis=-1, keepdims=True)),
     )
     D = dq @ np.linalg.pinv(k)  # dq = D @ k: D should be dS / √d_k
     X = dk @ np.linalg.pinv(q)  # dk = X @ q: X should be dSᵀ / √d_k
@@ -133,35 +136,42 @@ def _infer_backward(learner) -> list[Finding]:
         g_kn, ok_kn = _fit_scaled(X, J, rel, abs_)
         if not (ok_q or ok_kt or ok_kn):
             continue
+        rows = "[" + ", ".join(fmt(round(float(r), 3)) for r in J.sum(axis=-1)) + "]"
+        behind = f"the dS behind your dq and dk has rows summing to {rows}, not 0"
         if name == "diag":
             found.append(
                 Finding(
                     "softmax-jacobian-diagonal-only",
-                    "your dq and dk are reproduced by dS = A ⊙ dA, without subtracting the "
-                    "row's Σ A·dA.",
+                    f"{behind}.",
                 )
             )
         elif name == "unweighted":
             found.append(
                 Finding(
                     "softmax-jacobian-unweighted",
-                    "your dq and dk are reproduced by dS = A ⊙ (dA − Σ_j dA): the row's "
-                    "correction is the plain sum of dA, not the weights' average Σ_j A·dA.",
+                    f"{behind}.",
+                )
+            )
+        elif name == "noA":
+            found.append(
+                Finding(
+                    "softmax-jacobian-missing-weights",
+                    f"{behind}; keys with small weights get entries as large as the others'.",
                 )
             )
         elif name == "col":
             found.append(
                 Finding(
                     "softmax-jacobian-wrong-axis",
-                    "your dq and dk are reproduced by a correction Σ A·dA summed over the "
-                    "queries (axis -2).",
+                    f"{behind}; its columns sum to 0 instead.",
                 )
             )
         if ok_kn and not ok_kt:
             found.append(
                 Finding(
                     "dk-not-transposed",
-                    "with seq_q = seq_k = 3 your dk equals dS @ q · scale, not dSᵀ @ q · scale.",
+                    "with seq_q = seq_k = 3 row j of your dk is built from row j of dS (the "
+                    "scores query j gave), not from column j (the scores key j received).",
                 )
             )
         unscaled = [
@@ -173,8 +183,8 @@ def _infer_backward(learner) -> list[Finding]:
             found.append(
                 Finding(
                     "backward-scale-missing",
-                    f"your {' and '.join(dict.fromkeys(unscaled))} come out as dS @ k (dSᵀ @ "
-                    f"q) times 1, not times 1/√d_k = {fmt(c)} (d_k = {d_k}).",
+                    f"your {' and '.join(dict.fromkeys(unscaled))} are √d_k = {fmt(1 / c)} "
+                    f"times what autograd gives (d_k = {d_k}).",
                 )
             )
         break
@@ -197,47 +207,82 @@ register(
         misconceptions=(
             Misconception(
                 "softmax-jacobian-diagonal-only",
-                "dS = A ⊙ dA keeps only the diagonal of the softmax Jacobian. Every weight in "
-                "a row depends on every score of that row (they share the denominator): "
-                "subtract the row's weighted mean, dS = A ⊙ (dA − Σ_j A·dA).",
+                "Only the diagonal of the softmax Jacobian was kept: each score's gradient "
+                "came from its own weight alone. But every weight of a row depends on every "
+                "score of that row, because they share one denominator, so each score also "
+                "collects the other weights' pull: from each entry of dA, subtract the row's "
+                "weighted mean of dA (weights A as the weighting), then multiply by A.",
                 (_bw_variant(correction=False),),
                 {"correction": False},
+                question="Does each row of your dS sum to zero? Raising every score of a row "
+                "by the same amount changes no weight — what must that mean for the row's "
+                "gradient?",
             ),
             Misconception(
                 "softmax-jacobian-wrong-axis",
-                "The correction Σ A·dA is summed over queries (axis=-2). The softmax runs "
-                "over the keys of one query row, so sum over axis=-1 with keepdims=True.",
+                "The correction (the weighted sum of A times dA) was summed over the queries "
+                "of each key column. The softmax runs over the keys of one query row, so the "
+                "sum runs along a row, over the keys, and is kept as one number per row.",
                 (_bw_variant(corr_axis=-2),),
                 {"correction": "col"},
+                question="Over which axis does the softmax normalise the weights? Over which "
+                "axis did you sum in step 2, and do the rows of your dS sum to zero?",
             ),
             Misconception(
                 "softmax-jacobian-unweighted",
-                "The correction subtracts Σ_j dA_ij. It is the weighted average Σ_j A_ij "
-                "dA_ij: dS = A ⊙ (dA − (A * dA).sum(axis=-1, keepdims=True)).",
+                "The correction subtracts the plain sum of the row's dA. It is the weighted "
+                "sum of dA with the row's weights: the Jacobian diag(a) − a aᵀ, applied to "
+                "dA, gives a times (dA − Σ a·dA), where every dA is weighted by its own a.",
                 (_bw_variant(correction="unweighted"),),
                 {"correction": "unweighted"},
+                question="Multiply the Jacobian diag(a) − a aᵀ by a row dA by hand: what "
+                "multiplies each dA in the sum you subtract? Do the rows of your dS sum to "
+                "zero?",
+            ),
+            Misconception(
+                "softmax-jacobian-missing-weights",
+                "dS is dA minus the row's weighted sum, without the leading factor A. The "
+                "Jacobian diag(a) − a aᵀ applied to dA gives a times (dA − Σ a·dA): each "
+                "entry is scaled by its own weight, so a key with weight near 0 gets a "
+                "gradient near 0.",
+                (_bw_variant(correction="noA"),),
+                {"correction": "noA"},
+                question="A key whose weight is almost 0 hardly affects the output: how large "
+                "is its entry of your dS? What does the Jacobian's diagonal multiply by?",
             ),
             Misconception(
                 "backward-scale-missing",
                 "dq and dk are missing the factor 1/√d_k. The forward pass multiplied the "
-                "scores by it, so the chain rule brings it back in both gradients.",
+                "scores by it, so the chain rule brings it back in both gradients that pass "
+                "through the scores (dv does not).",
                 (_bw_variant(scale=False),),
                 {"scale": False},
+                question="By what factor do your dq and dk differ from autograd's, and how "
+                "does that factor relate to d_k? Which step of the forward pass multiplied by "
+                "it?",
             ),
             Misconception(
                 "dk-not-transposed",
-                "dk = dS @ q pairs queries with keys the wrong way round; it only runs when "
-                "seq_q == seq_k. Key j collects from every query i that scored it: "
-                "dk = dSᵀ @ q · scale, shape (..., seq_k, d_k).",
+                "Key j collects from every query i that scored it, in proportion to dS[i, j]: "
+                "its gradient sums over the queries, down a column of dS. Your dk pairs "
+                "queries with keys the wrong way round, which only runs when seq_q equals "
+                "seq_k; its shape must be that of k, (..., seq_k, d_k).",
                 (_bw_variant(dk_t=False),),
                 {"dk_t": False},
+                question="Write one entry of dk with indices: which entries of dS does key j "
+                "collect from? Would your dk still have the shape of k if seq_q differed "
+                "from seq_k?",
             ),
             Misconception(
                 "dv-not-transposed",
-                "dv = A @ d_out; it only runs when seq_q == seq_k. Value j receives from "
-                "every query in proportion to its weight A[i, j]: dv = Aᵀ @ d_out.",
+                "Value j receives from every query i in proportion to its weight A[i, j]: its "
+                "gradient sums down column j of A. Your dv uses the rows of A instead, which "
+                "only runs when seq_q equals seq_k; its shape must be that of v, (..., seq_k, "
+                "d_v).",
                 (_bw_variant(dv_t=False),),
                 {"dv_t": False},
+                question="Write O[i, d] as a sum over j and ask which outputs value j reaches. "
+                "Does your dv sum over queries or over keys?",
             ),
         ),
     )
@@ -291,15 +336,20 @@ def _wg_build(*, convention="linear", q_input="q", kv_input="kv", batch="sum", s
     ``convention="math"`` returns X^T dK (d_model, d_k) instead of dKᵀ X; ``q_input="kv"``
     takes dW_q from x_kv, ``kv_input="q"`` dW_k and dW_v from x_q; ``batch`` "sum" (right),
     "mean", "first" or "last" (one batch element only: indexed [0], or a loop that overwrites
-    instead of adding); ``scale=False`` forgets 1/√d_k in dq and dk.
+    instead of adding) or "keep" (one gradient per batch element, not reduced);
+    ``scale=False`` forgets 1/√d_k in dq and dk, ``scale="all"`` also applies it to dv.
     """
 
     def fn(x_q, x_kv, W_q, W_k, W_v, d_out):
         q, k, v = x_q @ W_q.T, x_kv @ W_k.T, x_kv @ W_v.T  # (batch, seq, d_k or d_v)
-        dq, dk, dv = _bw_variant(scale=scale)(q, k, v, d_out)
+        dq, dk, dv = _bw_variant(scale=bool(scale))(q, k, v, d_out)
+        if scale == "all":  # the scale applied to the values' gradient too
+            dv = dv / math.sqrt(q.shape[-1])
 
         def grad(x, g):  # (batch, seq, d_model), (batch, seq, n) -> (n, d_model)
             per = np.swapaxes(g, -1, -2) @ x  # (batch, n, d_model)
+            if batch == "keep":
+                return per if convention == "linear" else np.swapaxes(per, -1, -2)
             r = {"sum": per.sum(0), "mean": per.mean(0), "first": per[0], "last": per[-1]}[batch]
             return r if convention == "linear" else r.T
 
@@ -314,8 +364,8 @@ _WG_CHOICES = {
     "convention": ("linear", "math"),
     "q_input": ("q", "kv"),
     "kv_input": ("kv", "q"),
-    "batch": ("sum", "mean", "first", "last"),
-    "scale": (True, False),
+    "batch": ("sum", "mean", "first", "last", "keep"),
+    "scale": (True, False, "all"),
 }
 
 
@@ -353,16 +403,15 @@ def _infer_weight_grads(learner) -> list[Finding]:
         found.append(
             Finding(
                 "query-grad-from-kv-input",
-                "with seq_q = seq_k = 4 your dW_q equals dqᵀ @ x_kv: the chain rule went "
-                "back through the key/value input, not through x_q, which made the queries.",
+                "with seq_q = seq_k = 4 your dW_q is reproduced from the rows of x_kv; "
+                "changing x_q alone would change it only through dq.",
             )
         )
     if c["kv_input"] == "q":
         found.append(
             Finding(
                 "kv-grads-from-query-input",
-                "with seq_q = seq_k = 4 your dW_k and dW_v equal dkᵀ @ x_q and dvᵀ @ x_q: "
-                "the chain rule went back through x_q, but keys and values were made from x_kv.",
+                "with seq_q = seq_k = 4 your dW_k and dW_v are reproduced from the rows of x_q.",
             )
         )
     if c["convention"] == "math":
@@ -391,12 +440,28 @@ def _infer_weight_grads(learner) -> list[Finding]:
                 "alone: the other element contributed nothing.",
             )
         )
+    if c["batch"] == "keep":
+        found.append(
+            Finding(
+                "batch-not-reduced",
+                f"with a batch of {batch} your dW_q has shape {o.parts[0].shape}: one "
+                f"gradient per batch element; W_q has shape {args[2].shape}.",
+            )
+        )
+    if c["scale"] == "all":
+        found.append(
+            Finding(
+                "scale-on-values",
+                f"your dW_q and dW_k are right, your dW_v is 1/√d_k = {fmt(1 / math.sqrt(d_k))} "
+                "times the right one (d_k = 3).",
+            )
+        )
     if not c["scale"]:
         found.append(
             Finding(
                 "backward-scale-missing",
                 f"your dW_q and dW_k are √d_k = {fmt(math.sqrt(d_k))} times the right ones "
-                "(d_k = 3), dW_v is right: dq and dk lack the factor 1/√d_k.",
+                "(d_k = 3); your dW_v is right.",
             )
         )
     return found
@@ -418,49 +483,86 @@ register(
         misconceptions=(
             Misconception(
                 "query-grad-from-kv-input",
-                "dW_q is taken from x_kv. The queries were made from x_q (q = x_q @ W_qᵀ), so "
-                "the chain rule goes back through x_q: dW_q = Σ_batch dqᵀ @ x_q. In "
-                "cross-attention the two inputs differ (and seq_q ≠ seq_k).",
+                "dW_q was taken from x_kv. The queries were made from x_q, so the chain rule "
+                "goes back through x_q: dW_q sums dq's rows against x_q's rows. In "
+                "self-attention the two inputs are the same, which hides the mistake; in "
+                "cross-attention they differ (and seq_q may differ from seq_k).",
                 (_wg_build(q_input="kv"),),
                 {"q_input": "kv"},
+                question="Which input were the queries made from? Which input did your dW_q "
+                "multiply dq with?",
             ),
             Misconception(
                 "kv-grads-from-query-input",
-                "dW_k and dW_v are taken from x_q. Keys and values were made from x_kv, so "
-                "dW_k = Σ_batch dkᵀ @ x_kv and dW_v = Σ_batch dvᵀ @ x_kv.",
+                "dW_k and dW_v were taken from x_q. Keys and values were made from x_kv, so "
+                "their weights' gradients sum dk's and dv's rows against x_kv's rows.",
                 (_wg_build(kv_input="q"),),
                 {"kv_input": "q"},
+                question="Which input were the keys and values made from? Which input did "
+                "your dW_k and dW_v multiply with?",
             ),
             Misconception(
                 "weight-grad-transposed",
                 "The gradients have the math-convention shape (d_model, d_k). The weights "
-                "are stored like nn.Linear's, (out_features, in_features), with k = x @ W_kᵀ: "
-                "the gradient has the weight's shape, dW_k = dkᵀ @ x (summed over the batch).",
+                "are stored like nn.Linear's, (out_features, in_features), with k made from x "
+                "times the transpose of W_k; a gradient always has the shape of its weight.",
                 (_wg_build(convention="math"),),
                 {"convention": "math"},
+                question="What shape does your dW_k have, and what shape does W_k have? What "
+                "shape must the gradient of any variable have?",
             ),
             Misconception(
                 "batch-mean",
-                "The gradients are averaged over the batch. The loss adds the contributions "
-                "of all sentences, and one weight matrix serves them all: sum over the batch.",
+                "The gradients were averaged over the batch. The loss adds the contributions "
+                "of all sentences, and one weight matrix serves them all, so their "
+                "gradients add up: a sum over the batch, not a mean.",
                 (_wg_build(batch="mean"),),
                 {"batch": "mean"},
+                question="By what factor do your gradients differ from autograd's, and how "
+                "does it relate to the batch size? Does the loss average over sentences or "
+                "add them?",
             ),
             Misconception(
                 "batch-one-element",
-                "Only one batch element contributes (indexing [0], or a loop that overwrites "
-                "dW_k instead of adding to it). Every sentence of the batch uses the same "
-                "weights, so each adds its own dkᵀ @ x to dW_k: sum over the whole batch.",
+                "Only one batch element contributes (one element picked, or a loop that "
+                "overwrites the gradient instead of adding to it). Every sentence of the "
+                "batch uses the same weights, so each adds its own contribution to the "
+                "gradient: the sum runs over the whole batch.",
                 (_wg_build(batch="first"), _wg_build(batch="last")),
                 {"batch": "last"},
+                question="Change one sentence of the batch: does your gradient change? Which "
+                "batch elements does your gradient depend on?",
+            ),
+            Misconception(
+                "batch-not-reduced",
+                "The gradients keep the batch axis: one (d_k, d_model) gradient per sentence. "
+                "The weight is one matrix shared by every sentence, so its gradient is one "
+                "matrix of its own shape: the per-sentence contributions are added over the "
+                "batch.",
+                (_wg_build(batch="keep"),),
+                {"batch": "keep"},
+                question="What shape does your dW_k have, and what shape does W_k have? How "
+                "many W_k matrices does the model hold for a whole batch?",
             ),
             Misconception(
                 "backward-scale-missing",
                 "dq and dk are missing the factor 1/√d_k of the forward pass, so dW_q and dW_k "
-                "are √d_k too large (dW_v is right). Your attention_backward from Exercise 6.1 "
-                "has it.",
+                "are √d_k times too large, while dW_v, which does not pass through the "
+                "scores, is right.",
                 (_wg_build(scale=False),),
                 {"scale": False},
+                question="Which of your three gradients agree with autograd, and by what "
+                "factor do the others differ? Which of the three pass through the scores?",
+            ),
+            Misconception(
+                "scale-on-values",
+                "dW_v was scaled by 1/√d_k too. The scale multiplies the scores only, so it "
+                "reaches the gradients that pass through the scores (dq, dk) and not the "
+                "values, whose gradient comes from the weights A alone.",
+                (_wg_build(scale="all"),),
+                {"scale": "all"},
+                question="Which of your three gradients agree with autograd, and by what "
+                "factor does the other differ? Which quantities did the forward pass scale?",
             ),
         ),
     )

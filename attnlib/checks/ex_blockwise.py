@@ -15,8 +15,12 @@ first visible key arrives).
 Diagnosis by inference (see :mod:`attnlib.checks._core`): whether the running max is
 updated (per row, keeping the old max), and — from the same block folded into two
 different running states — the factor on what was summed before (exp(m_old - m_new), 1 or
-its inverse) and the one on the block's own terms (1, or exp(m_new - m_old) for
-exponentials against a stale max).
+its inverse) and the one on the block's own terms (1; exp(m_new - m_old) for
+exponentials against a stale max; exp(m_old - m_new) when the factor multiplies the block's
+terms too), and whether the numerator comes back divided by the new running sum.
+
+What a failing check shows first (see :func:`attnlib.checks.check`) is each Finding's
+measurement and the misconception's question; the cause, its explanation, comes second.
 """
 
 from __future__ import annotations
@@ -136,6 +140,9 @@ def _online_variant(
     sign=1.0,
     guard_empty=True,
     p_max="new",
+    rescale_block=False,
+    normalise=False,
+    keepdims_sum=True,
 ):
     """The running-softmax update with the given choices; the defaults give the right one.
 
@@ -143,7 +150,11 @@ def _online_variant(
     forgotten) or "global" (the largest score of the whole block, every row alike);
     ``sign=-1`` turns the rescaling factor upside down; ``guard_empty=False`` subtracts a
     max of -inf in a row that has seen only masked keys; ``p_max="old"`` takes the block's
-    exponentials against the stale max m instead of m_new.
+    exponentials against the stale max m instead of m_new; ``rescale_block=True`` multiplies
+    the block's terms by the factor too (alpha * (l + sum p)); ``normalise=True`` returns
+    the numerator divided by the new running sum; ``keepdims_sum=False`` sums the block's
+    terms without keeping the summed axis, so that (seq_q, 1) + (seq_q,) broadcasts to
+    (seq_q, seq_q) (and raises for a batch).
     """
 
     def fn(m, l, acc, s_block, v_block):
@@ -157,8 +168,11 @@ def _online_variant(
             m_safe = np.where(np.isfinite(m_new), m_new, 0.0) if guard_empty else m_new
             alpha = np.exp(sign * (m - m_safe))
             p = np.exp(s_block - (m_safe if p_max == "new" else m))
-            l_new = (l * alpha if rescale_sum else l) + p.sum(axis=-1, keepdims=True)
-            acc_new = (acc * alpha if rescale_acc else acc) + p @ v_block
+            b = alpha if rescale_block else 1.0
+            l_new = (l * alpha if rescale_sum else l) + b * p.sum(axis=-1, keepdims=keepdims_sum)
+            acc_new = (acc * alpha if rescale_acc else acc) + b * (p @ v_block)
+            if normalise:
+                acc_new = acc_new / np.where(l_new > 0, l_new, 1.0)
         return m_new, l_new, acc_new
 
     return fn
@@ -208,15 +222,15 @@ def _infer_online(learner) -> list[Finding]:
                 Finding(
                     "masked-row-nan",
                     "on a first block where row 1 has only masked scores (all -inf, with "
-                    "m = -inf), that row's l or acc comes out NaN.",
+                    "m = -inf), that row's l or acc comes out NaN; rows 0 and 2 are finite.",
                 )
             )
     if close(m_new, m) and not close(m, block_max):
         found.append(
             Finding(
                 "max-not-updated",
-                f"a block whose largest scores ({np.round(block_max[:, 0], 2).tolist()}) are "
-                f"above the running max ({m[:, 0].tolist()}) leaves m unchanged.",
+                f"a block whose rows' largest scores ({np.round(block_max[:, 0], 2).tolist()}) "
+                f"are above the running max ({m[:, 0].tolist()}) leaves your m unchanged.",
             )
         )
         return found
@@ -226,7 +240,7 @@ def _infer_online(learner) -> list[Finding]:
             Finding(
                 "max-ignores-previous",
                 f"a block whose scores are all below the running max ({m2[:, 0].tolist()}) "
-                f"lowers m to the block's own max ({np.round(m2_new[:, 0], 2).tolist()}).",
+                f"lowers your m to {np.round(m2_new[:, 0], 2).tolist()}.",
             )
         )
     whole = np.maximum(m, s.max())  # a max over the whole block, every row alike
@@ -237,8 +251,7 @@ def _infer_online(learner) -> list[Finding]:
             Finding(
                 "max-over-whole-block",
                 f"for rows whose own largest scores are {np.round(block_max[:, 0], 2).tolist()} "
-                f"your m_new is {np.round(m_new[:, 0], 2).tolist()}: the largest score of the "
-                "whole block, the same for every row.",
+                f"your m_new is {np.round(m_new[:, 0], 2).tolist()}: the same for every row.",
             )
         )
     # The same block against a second running state: new = a * old + b * fresh separates
@@ -249,15 +262,41 @@ def _infer_online(learner) -> list[Finding]:
     tol = tolerances(max(o.eps for o in (*outcomes, o2)))
     alpha = np.exp(m - m_new)  # (seq_q, 1), < 1 here: the max rose
     p = np.exp(s - m_new)  # against the learner's own m_new
-    stale = False
+    rose = f"for a block that raised the max from {m[:, 0].tolist()} to " + str(
+        np.round(m_new[:, 0], 2).tolist()
+    )
+    l_new2, acc_new2 = o2.parts[1], o2.parts[2]
+    n = m.shape[0]
+    if l_new.shape == (n, n) and close(l_new, alpha * l + p.sum(axis=-1)[None, :], *tol):
+        found.append(
+            Finding(
+                "sum-keepdims-lost",
+                f"for {n} query rows your l_new has shape {l_new.shape}, not ({n}, 1): "
+                f"entry (i, j) is row i's rescaled old sum plus row j's block sum.",
+            )
+        )
+    stale = block = False
     for name, new, new2, old, old2, fresh, mid in (
-        ("l", l_new, o2.parts[1], l, 2.0 * l + 0.7, p.sum(axis=-1, keepdims=True),
+        ("l", l_new, l_new2, l, 2.0 * l + 0.7, p.sum(axis=-1, keepdims=True),
          "sum-not-rescaled"),
-        ("acc", acc_new, o2.parts[2], acc, acc[::-1] - 0.3, p @ v, "acc-not-rescaled"),
+        ("acc", acc_new, acc_new2, acc, acc[::-1] - 0.3, p @ v, "acc-not-rescaled"),
     ):  # fmt: skip
         if new.shape != fresh.shape or new2.shape != fresh.shape:
             continue
         a = _factor(new - new2, old - old2, np.zeros_like(fresh), *tol)
+        if a is None and name == "acc" and l_new.shape == l_new2.shape == m.shape:
+            # a numerator divided by the new running sum: undo the division, and say so
+            new, new2 = new * l_new, new2 * l_new2
+            a = _factor(new - new2, old - old2, np.zeros_like(fresh), *tol)
+            if a is not None:
+                found.append(
+                    Finding(
+                        "acc-normalised",
+                        f"{rose}, your acc_new times your l_new is a running numerator "
+                        "(the old acc rescaled plus the block's terms): your acc_new is that "
+                        f"numerator divided by l_new = {np.round(l_new[:, 0], 4).tolist()}.",
+                    )
+                )
         if a is None:
             continue
         b = _factor(new - a * old, fresh, np.zeros_like(fresh), *tol)
@@ -268,17 +307,16 @@ def _infer_online(learner) -> list[Finding]:
             found.append(
                 Finding(
                     mid,
-                    f"when the max rises the old {name} is carried over unchanged (factor "
-                    f"{shown}); exp(m_old - m_new) = {np.round(alpha[:, 0], 4).tolist()}.",
+                    f"{rose}, the old {name} reaches your {name}_new with the factor "
+                    f"{shown}: unchanged.",
                 )
             )
         elif close(a, 1 / alpha, rel=tol[0]):
             found.append(
                 Finding(
                     "rescale-inverted",
-                    f"when the max rises the old {name} is multiplied by {shown} = "
-                    "exp(m_new - m_old), which is > 1; it should shrink by exp(m_old - m_new) "
-                    f"= {np.round(alpha[:, 0], 4).tolist()}.",
+                    f"{rose}, the old {name} reaches your {name}_new multiplied by {shown}: "
+                    "more than 1, it grows.",
                 )
             )
         if not stale and close(b, 1 / alpha, rel=tol[0]):
@@ -286,10 +324,19 @@ def _infer_online(learner) -> list[Finding]:
             found.append(
                 Finding(
                     "stale-max",
-                    f"the block's terms added to {name} are exp(score - m_old): "
-                    f"{np.round(b[:, 0], 4).tolist()} = exp(m_new - m_old) times "
-                    "exp(score - m_new), for a block that raised the max from "
-                    f"{m[:, 0].tolist()} to {np.round(m_new[:, 0], 2).tolist()}.",
+                    f"{rose}, the block's terms in your {name}_new are "
+                    f"{np.round(b[:, 0], 4).tolist()} times the block's exponentials taken "
+                    "against the new max: more than 1.",
+                )
+            )
+        elif not block and close(b, alpha, rel=tol[0]) and not close(a, 1 / alpha, rel=tol[0]):
+            block = True
+            found.append(
+                Finding(
+                    "block-terms-rescaled",
+                    f"{rose}, the block's terms in your {name}_new are "
+                    f"{np.round(b[:, 0], 4).tolist()} times the block's exponentials taken "
+                    "against the new max: less than 1.",
                 )
             )
     return found
@@ -327,71 +374,158 @@ register(
             # is no longer stale
             frozenset({"stale-max", "masked-row-nan"}),
             frozenset({"stale-max", "max-not-updated"}),
+            # the factor on the block's terms: stale (1/alpha) times alpha is right again;
+            # inverted, it reads as stale; with m never updated alpha is 1
+            frozenset({"block-terms-rescaled", "stale-max"}),
+            frozenset({"block-terms-rescaled", "rescale-inverted"}),
+            frozenset({"block-terms-rescaled", "max-not-updated"}),
+            frozenset({"acc-normalised", "max-not-updated"}),
+            # a sum of the wrong shape: measured with the right factors on both parts
+            *(
+                frozenset({"sum-keepdims-lost", other})
+                for other in (
+                    "sum-not-rescaled",
+                    "max-not-updated",
+                    "stale-max",
+                    "block-terms-rescaled",
+                    "rescale-inverted",
+                    "acc-normalised",
+                    "masked-row-nan",
+                )
+            ),
         ),
         misconceptions=(
             Misconception(
                 "sum-not-rescaled",
-                "The running sum l keeps terms exp(score - m_old) next to new terms "
-                "exp(score - m_new). When the max rises, multiply the old sum by "
-                "exp(m_old - m_new) before adding the block's sum.",
+                "The running sum keeps terms taken against the old maximum next to the "
+                "block's terms taken against the new one: the two parts are on different "
+                "scales. When the maximum rises, what was summed before must be brought to "
+                "the new maximum, by the factor alpha, before the block's terms are added.",
                 (_online_variant(rescale_sum=False),),
                 {"rescale_sum": False},
+                question="When a block raises the maximum, your l_new keeps the old sum at "
+                "full size. Against which maximum were the old terms taken, and against "
+                "which the block's new ones?",
             ),
             Misconception(
                 "acc-not-rescaled",
-                "The running numerator acc is not rescaled when the max rises: multiply it "
-                "by exp(m_old - m_new), exactly like the running sum.",
+                "The running numerator acc is not rescaled when the maximum rises. Its old "
+                "terms were taken against the old maximum, exactly like the old sum's, and "
+                "need the same factor alpha; otherwise the ratio acc / l weights the "
+                "earlier keys too heavily.",
                 (_online_variant(rescale_acc=False),),
                 {"rescale_acc": False},
+                question="When a block raises the maximum, your acc_new keeps the old "
+                "numerator at full size. Is it built from the same kind of terms as the "
+                "running sum, and what happens to those terms when the maximum rises?",
             ),
             Misconception(
                 "max-not-updated",
-                "The running max m is never updated with the block's scores, so exp(score - m) "
-                "can overflow (and is inf on the first block, where m = -inf). Take "
-                "m_new = maximum(m, max of the block) and use m_new in the exponentials.",
+                "The running maximum is never updated with the block's scores, so the "
+                "exponentials are taken against a maximum that is too small: they can "
+                "overflow, and on the first block, where the maximum is minus infinity, "
+                "they are infinite. The new maximum is the larger of the old one and the "
+                "row's largest score in the block, and this step's exponentials use it.",
                 (_online_variant(update_max=False),),
                 {"update_max": False},
+                question="A block with larger scores than any before leaves your m as it "
+                "was. What should m hold after this block, and what does the exponential "
+                "of a score far above m do?",
             ),
             Misconception(
                 "max-ignores-previous",
-                "The new max is the block's max alone. The running max is the largest score "
-                "seen so far, in this block *or before*: m_new = np.maximum(m, block max).",
+                "The new maximum is the block's maximum alone; the old one is forgotten. The "
+                "running maximum is the largest score seen so far, in this block or before, "
+                "so it can only stay or rise.",
                 (_online_variant(update_max="block"),),
                 {"update_max": "block"},
+                question="A block whose scores all lie below the running maximum lowers "
+                "your m. Is m the maximum of this block, or of everything seen so far?",
             ),
             Misconception(
                 "max-over-whole-block",
-                "The new max is the largest score of the whole block — every row gets the "
-                "same one. Each query row keeps its own running max: take the max along the "
-                "keys, s_block.max(axis=-1, keepdims=True). With one max for all rows, a row "
-                "whose scores are far below another row's underflows to l = 0.",
+                "The new maximum is the largest score of the whole block, the same for "
+                "every row. Each query row keeps its own running maximum: the maximum runs "
+                "along the keys of that row only. With one maximum for all rows, a row whose "
+                "scores lie far below another row's underflows to a sum of 0.",
                 (_online_variant(update_max="global"),),
                 {"update_max": "global"},
+                question="Your m_new is the same number for every row, although the rows' "
+                "largest scores differ. Over which axis, or axes, did you take the block's "
+                "maximum?",
             ),
             Misconception(
                 "stale-max",
-                "The block's exponentials use the old max: p = exp(s_block - m) instead of "
-                "exp(s_block - m_new). The old terms were rescaled to m_new, so the new ones "
-                "must be taken against m_new too (on a first block, m = -inf makes them "
-                "overflow to inf).",
+                "The block's exponentials are taken against the old maximum instead of the "
+                "new one. The old terms were moved to the new maximum, so the block's terms "
+                "must be taken against the new maximum too; on a first block, where the old "
+                "maximum is minus infinity, they overflow to infinity.",
                 (_online_variant(p_max="old"),),
                 {"p_max": "old"},
+                question="The block's own terms in your result are too large, by a factor "
+                "that grows with how far the maximum rose. Against which maximum did you "
+                "take the block's exponentials?",
+            ),
+            Misconception(
+                "block-terms-rescaled",
+                "The factor alpha multiplies the block's terms as well as what was summed "
+                "before. Only the earlier terms were taken against the old maximum; the "
+                "block's exponentials are already taken against the new one, and are added "
+                "as they are.",
+                (_online_variant(rescale_block=True),),
+                {"rescale_block": True},
+                question="The block's own terms in your result come out smaller than the "
+                "block's exponentials. Which terms of your sum were taken against the old "
+                "maximum, and which already against the new one?",
             ),
             Misconception(
                 "rescale-inverted",
-                "The rescaling factor is upside down: it must be exp(m_old - m_new) <= 1, "
-                "shrinking what was summed against the smaller old max.",
+                "The rescaling factor is upside down: the exponential of the new maximum "
+                "minus the old one, which is above 1. Moving terms from the old maximum to a "
+                "larger new one shrinks them: by the exponential of the old maximum minus "
+                "the new one, at most 1.",
                 (_online_variant(sign=-1.0),),
                 {"sign": -1.0},
+                question="When the maximum rises, your old sum grows. Is the exponential of "
+                "a score larger against a small maximum or against a large one, and so "
+                "should moving a term to the new maximum make it bigger or smaller?",
+            ),
+            Misconception(
+                "sum-keepdims-lost",
+                "The block's sum drops the axis it sums over: one number per row, shape "
+                "(seq_q,), added to the running sum of shape (seq_q, 1). Broadcasting then "
+                "pairs every row's old sum with every row's block sum, a (seq_q, seq_q) "
+                "table, and fails outright with a batch in front. The summed axis must be "
+                "kept, so that each row adds its own block sum.",
+                (_online_variant(keepdims_sum=False),),
+                {"keepdims_sum": False},
+                question="Your l_new has one row and one column per query row, where one "
+                "number per row belongs. Print the shape of each of the two terms you add "
+                "up: what does broadcasting make of them?",
+            ),
+            Misconception(
+                "acc-normalised",
+                "The numerator is divided by the running sum inside the update. acc is the "
+                "running numerator, not the output: the next block rescales it and adds its "
+                "own terms to it, which is only right while it is an undivided sum. The "
+                "division by l happens once, after the last block.",
+                (_online_variant(normalise=True),),
+                {"normalise": True},
+                question="Your acc_new is the right numerator divided by your l_new. What "
+                "will the next block add to acc, and when should the division by l happen?",
             ),
             Misconception(
                 "masked-row-nan",
-                "A row that has seen only masked keys so far (m = -inf and every score of "
-                "the block -inf) turns into NaN: exp(-inf - (-inf)) is exp(nan). Such a row "
-                "must stay empty: m_new = -inf, l_new = 0, acc_new = 0. Subtract a safe "
-                "maximum — 0 where m_new is -inf — in both exponentials.",
+                "A row that has seen only masked keys so far has a maximum of minus "
+                "infinity, and a score of minus infinity minus that maximum is undefined: "
+                "NaN. Such a row must stay empty (maximum minus infinity, sum 0, numerator "
+                "0), so in that row the exponentials must be taken against some finite "
+                "number instead.",
                 (_online_variant(guard_empty=False),),
                 {"guard_empty": False},
+                question="A row whose scores so far are all minus infinity comes out NaN. "
+                "What is minus infinity minus minus infinity, where does your code compute "
+                "it, and what should a row that has seen nothing hold?",
             ),
         ),
     )
@@ -405,7 +539,10 @@ _ONLINE_IDS = (
     "max-ignores-previous",
     "max-over-whole-block",
     "stale-max",
+    "block-terms-rescaled",
     "rescale-inverted",
+    "acc-normalised",
+    "sum-keepdims-lost",
 )
 register_parts(
     "online_softmax_update",

@@ -13,8 +13,8 @@ Diagnosis by inference (see :mod:`attnlib.checks._core`): which cache comes back
 one, the new rows first, the right concatenation), and which keys each new query sees —
 with all scores 0 and the values an identity, each output row *is* the query's weights
 over cache and new keys, so a mask's diagonal (top-left, bottom-right, off by one either
-way) is read off directly; with random queries, the multiplier on the dot products (1/√d_k
-or something else).
+way), or a mask read the wrong way round, is read off directly; with random queries, the
+multiplier on the dot products (1/√d_k or something else).
 
 Lesson 11's online_softmax_update is in :mod:`attnlib.checks.ex_blockwise`, lesson 12's
 rotary_attend in :mod:`attnlib.checks.ex_positions`.
@@ -99,6 +99,7 @@ def _decode_variant(
     *,
     append=True,
     include_new=True,
+    read_cache=True,
     mask="bottom_right",
     raise_empty=False,
     order="cache-first",
@@ -109,7 +110,11 @@ def _decode_variant(
     """A decoding step with the given choices; the defaults give the correct one.
 
     ``scale``: what the scores are multiplied by — "sqrt_d_k" (1/√d_k, right), "none"
-    (1) or "sqrt_d_v" (1/√d_v).
+    (1) or "sqrt_d_v" (1/√d_v). ``mask``: "bottom_right" (right), "top_left", None or
+    "inverted" (the complement of the right mask: True read as "blocked").
+
+    ``read_cache=False`` lets the new queries attend over the new keys only (the cache
+    is stored but never read).
 
     ``axis`` is the axis the cache grows along (0 is right for 2-D inputs only);
     ``offset`` moves the bottom-right mask's diagonal: new query i sees keys
@@ -123,10 +128,15 @@ def _decode_variant(
         k_all = np.concatenate(parts[0], axis=axis)
         v_all = np.concatenate(parts[1], axis=axis)
         k_att, v_att = (k_all, v_all) if include_new else (k_cache, v_cache)
+        if not read_cache:  # the new tokens attend among themselves only
+            k_att, v_att = k_new, v_new
         if raise_empty and k_att.shape[-2] == 0:
             raise ValueError("zero-size array to reduction operation maximum")
         seq_new, seq_k = q_new.shape[-2], k_att.shape[-2]
-        m = None if mask is None else _causal_mask(seq_new, seq_k, align=mask)
+        if mask == "inverted":  # True read as "blocked": the complement of the right mask
+            m = ~_causal_mask(seq_new, seq_k, align="bottom_right")
+        else:
+            m = None if mask is None else _causal_mask(seq_new, seq_k, align=mask)
         if mask == "bottom_right" and offset:
             last = seq_k - seq_new + np.arange(seq_new)[:, None] + offset  # (seq_new, 1)
             m = np.arange(seq_k)[None, :] <= last  # (seq_new, seq_k)
@@ -189,10 +199,10 @@ def _decode_scale_findings(learner) -> list[Finding]:
     return [
         Finding(
             "decode-scale-wrong",
-            f"the scores are multiplied by {c:.3f}"
+            f"with d_k = {d_k}, d_v = {d_v} and {seq_k} keys, your weights are a softmax of "
+            f"the dot products q · k multiplied by {c:.3f}"
             + (f" = {what[0]}" if what else "")
-            + f"; with d_k = {d_k} (d_v = {d_v}) they must be multiplied by "
-            f"1/√{d_k} = {1 / np.sqrt(d_k):.3f}.",
+            + ".",
         )
     ]
 
@@ -232,19 +242,40 @@ def _decode_2d_findings(learner) -> list[Finding]:
     if new_first or out.shape != (seq_new, d_v) or not np.isfinite(out).all():
         return found
     seen = out > 1e-12
-    if not seen.any(axis=-1).all():
-        return found  # a query that sees nothing is no attention pattern we know
     uniform = [np.full(int(r.sum()), 1 / max(int(r.sum()), 1)) for r in seen]
     if not all(close(out[i][seen[i]], uniform[i]) for i in range(seq_new)):
         return found
     expect = np.arange(d_v)[None, :] <= seq_past + np.arange(seq_new)[:, None]
     sets = [np.flatnonzero(r).tolist() for r in seen]
+    if np.array_equal(seen, ~expect):
+        found.append(
+            Finding(
+                "decode-mask-inverted",
+                f"with {seq_past} cached keys and {seq_new} new ones, the new queries see "
+                f"keys {sets}: none of the cache, only new tokens after each query (the last "
+                "new query sees no key at all, and its output is 0).",
+            )
+        )
+        return found
+    if not seen.any(axis=-1).all():
+        return found  # a query that sees nothing is no attention pattern we know
     if np.array_equal(seen, np.tril(np.ones((seq_new, d_v), dtype=bool))):
         found.append(
             Finding(
                 "mask-blocks-past",
-                f"with {seq_past} cached keys, new query i sees keys 0..i only ({sets}); it "
-                f"sits at position {seq_past} + i.",
+                f"with {seq_past} cached keys, new query i sees keys 0..i only ({sets}): "
+                f"the first new query sees one of the {seq_past} cached keys.",
+            )
+        )
+    elif not seen[:, :seq_past].any() and np.array_equal(
+        seen[:, seq_past:], np.tril(np.ones((seq_new, seq_new), dtype=bool))
+    ):
+        found.append(
+            Finding(
+                "cache-not-read",
+                f"with {seq_past} cached keys and {seq_new} new ones, the new queries see "
+                f"keys {sets}: the new tokens up to their own, and none of the {seq_past} "
+                "cached ones.",
             )
         )
     elif not seen[:, seq_past:].any():
@@ -259,8 +290,8 @@ def _decode_2d_findings(learner) -> list[Finding]:
         found.append(
             Finding(
                 "no-causal-mask-in-chunk",
-                f"each of {seq_new} new queries sees all {d_v} keys, including the new tokens "
-                "after it.",
+                f"each of the {seq_new} new queries sees all {d_v} keys ({sets}), the new "
+                "tokens after it included.",
             )
         )
     elif not np.array_equal(seen, expect):
@@ -272,11 +303,13 @@ def _decode_2d_findings(learner) -> list[Finding]:
             found.append(
                 Finding(
                     "mask-wrong-offset",
-                    f"with {seq_past} cached keys, new query i sees keys 0..i + {o} ({sets}); "
-                    f"it sits at position {seq_past} + i and must see keys 0..i + {seq_past}, "
-                    "itself included"
-                    + (" — one key short: its own" if o == seq_past - 1 else "")
-                    + (" — one key too many: the next token's" if o == seq_past + 1 else "")
+                    f"with {seq_past} cached keys, new query i sees keys 0..i + {o} ({sets})"
+                    + (": no new query sees its own key" if o == seq_past - 1 else "")
+                    + (
+                        ": each new query but the last also sees the next token's key"
+                        if o == seq_past + 1
+                        else ""
+                    )
                     + ".",
                 )
             )
@@ -296,8 +329,9 @@ def _decode_batch_findings(learner) -> list[Finding]:
         return [
             Finding(
                 "cache-wrong-axis",
-                "for a batch of one sequence (shape (1, seq, d)) your k_all has shape "
-                "(2, 2, 5): the new rows were stacked along axis 0, the batch axis.",
+                "for a batch of one sequence (inputs of shape (1, 2, 5): batch, positions, "
+                "features) with 2 cached and 2 new tokens, your k_all has shape (2, 2, 5): "
+                "two sequences of 2 positions, where one of 4 is expected.",
             )
         ]
     return []
@@ -329,78 +363,134 @@ register(
             # an old cache returned grows along no axis at all; new rows first, we stop
             frozenset({"cache-wrong-axis", "cache-not-appended"}),
             frozenset({"cache-wrong-axis", "cache-wrong-order"}),
+            # an inverted mask has no diagonal to misplace, and hides the cache already
+            frozenset({"decode-mask-inverted", "mask-wrong-offset"}),
+            frozenset({"decode-mask-inverted", "new-key-not-included"}),
+            frozenset({"decode-mask-inverted", "cache-wrong-order"}),
+            # attending among the new tokens only: no cache, so no diagonal to place
+            frozenset({"cache-not-read", "new-key-not-included"}),
+            frozenset({"cache-not-read", "mask-blocks-past"}),
+            frozenset({"cache-not-read", "mask-wrong-offset"}),
+            frozenset({"cache-not-read", "no-causal-mask-in-chunk"}),
+            frozenset({"cache-not-read", "decode-mask-inverted"}),
+            frozenset({"cache-not-read", "cache-wrong-order"}),
         ),
         misconceptions=(
             Misconception(
                 "cache-not-appended",
-                "The cache you return is the old one: the new keys and values are used for "
-                "this step but not stored, so the next step will have forgotten this token. "
-                "Return the concatenation of the cache and the new rows (along axis -2).",
+                "The cache you return is the old one: the new keys and values are used in "
+                "this step but never stored, so the next step has forgotten this token. "
+                "The cache to return holds the old rows followed by the new ones.",
                 (_decode_variant(append=False),),
                 {"append": False},
+                question="Compare the shape of the cache you return with the one you were "
+                "given. Where will the next decoding step find this token's key and value?",
             ),
             Misconception(
                 "cache-wrong-order",
-                "The new rows are put in front of the cache. Positions grow with time: the "
-                "cache holds positions 0..seq_past-1 and the new tokens come after them — "
-                "np.concatenate([k_cache, k_new], axis=-2).",
+                "The new rows are put in front of the cache. Row j of the cache is position "
+                "j, and positions grow with time: the cache holds positions 0 to "
+                "seq_past - 1, and the new tokens come after them, at the end.",
                 (_decode_variant(order="new-first"),),
                 {"order": "new-first"},
+                question="Row j of a cache is the token at position j. In the cache you "
+                "return, which rows hold the oldest tokens, and which the newest?",
             ),
             Misconception(
                 "cache-wrong-axis",
-                "The cache grows along axis 0. For a batch (batch, seq, d) — or (batch, "
-                "n_heads, seq, d) — that stacks sequences, not positions: concatenate along "
-                "the sequence axis, axis=-2.",
+                "The cache grows along the first axis. For inputs with a batch (and heads) "
+                "in front, that stacks whole sequences, not positions: the positions are "
+                "the second-to-last axis, whatever comes before it.",
                 (_decode_variant(axis=0),),
                 {"axis": 0},
+                question="For a batch of one sequence your cache now holds two sequences. "
+                "Along which axis did it grow, and which axis counts the positions?",
             ),
             Misconception(
                 "new-key-not-included",
-                "The new queries attend only to the cached keys, not to the new keys. A token "
-                "may (and usually does) attend to itself: append first, then attend over "
-                "everything, cache and new rows together.",
+                "The new queries attend only to the cached keys. A token may (and usually "
+                "does) attend to itself and to the new tokens before it, so the attention "
+                "runs over the cache and the new rows together: the updated cache, not the "
+                "old one. (With an empty cache there is then nothing to attend to at all.)",
                 (
                     _decode_variant(include_new=False),
                     _decode_variant(include_new=False, raise_empty=True),
                 ),
                 {"include_new": False},
+                question="Your new queries give no weight to the new tokens, not even to "
+                "themselves. Which keys and values did your attention run over, and were "
+                "the new ones among them yet?",
+            ),
+            Misconception(
+                "cache-not-read",
+                "The new queries attend over the new keys only: the cache is stored but "
+                "never read, so each new token sees the other new tokens and nothing that "
+                "came before them. The cache is there to be attended to: the keys of a step "
+                "are the cached ones followed by the new ones.",
+                (_decode_variant(read_cache=False),),
+                {"read_cache": False},
+                question="Your new queries give no weight to any cached token. Which keys "
+                "and values did your attention run over: the ones you return, or only the "
+                "ones that came in with this step?",
             ),
             Misconception(
                 "mask-blocks-past",
-                "The causal mask is aligned top-left, so new query i sees only keys 0..i and "
-                "loses most of the cache. The new queries are the last positions: query i "
-                "sits at position seq_past + i and sees keys 0..seq_past + i — "
-                "causal_mask(seq_new, seq_k, align='bottom_right').",
+                "The causal mask is laid out as if the new queries were the first positions "
+                "of the sequence (aligned top-left), so new query i sees only keys 0 to i "
+                "and loses most of the cache. The new queries are the last positions: query "
+                "i stands at position seq_past + i, and may see every key up to its own.",
                 (_decode_variant(mask="top_left"),),
                 {"mask": "top_left"},
+                question="With 4 cached tokens your first new query sees a single key. At "
+                "which position of the sequence does that new token stand, and which keys "
+                "came before it?",
             ),
             Misconception(
                 "mask-wrong-offset",
-                "The causal mask's diagonal is in the wrong place. New query i sits at "
-                "position seq_past + i, so it sees keys 0 .. seq_past + i — itself included, "
-                "no later token. Off by one either way (`<` instead of `<=`, or a diagonal "
-                "offset of seq_past ± 1, or seq_new instead of seq_past) hides the token's "
-                "own key or shows it the next one: "
-                "causal_mask(seq_new, seq_past + seq_new, align='bottom_right').",
+                "The causal mask's diagonal is in the wrong place. New query i stands at "
+                "position seq_past + i, so it sees keys 0 to seq_past + i, itself included, "
+                "and no later one. A strict comparison, or a diagonal shifted by seq_past "
+                "plus or minus one (or by seq_new instead of seq_past), hides the token's "
+                "own key or shows it the next one.",
                 (_decode_variant(offset=-1), _decode_variant(offset=1)),
                 {"offset": -1},
+                question="Pick one new query and list the keys it sees in your step. Does "
+                "it see its own key? Does it see a token that comes after it?",
             ),
             Misconception(
                 "decode-scale-wrong",
                 "The scores are scaled by the wrong factor. Scaled dot-product attention "
-                "divides q · k by √d_k, the width of the queries and keys (q_new.shape[-1]) "
-                "— not by √d_v, not by d_k, and not left unscaled. attnlib.attend does it "
-                "for you.",
+                "divides each query-key dot product by the square root of d_k, the width of "
+                "the queries and keys: not by the square root of d_v, not by d_k itself, "
+                "and not left unscaled.",
                 (_decode_variant(scale="none"), _decode_variant(scale="sqrt_d_v")),
                 {"scale": "none"},
+                question="Your weights are a softmax of the dot products times a number "
+                "that is not the one scaled dot-product attention uses. Which width sets "
+                "that number, and is it the width of the vectors being compared?",
             ),
             Misconception(
                 "no-causal-mask-in-chunk",
-                "With several new tokens at once, each must not see the new tokens after it. "
-                "One new token may see everything; a chunk needs the bottom-right causal mask.",
+                "With several new tokens at once, each must not see the new tokens after "
+                "it. One new token may see everything that exists; a chunk of new tokens "
+                "needs a causal mask whose diagonal runs through the new rows.",
                 (_decode_variant(mask=None),),
                 {"mask": None},
+                question="With three new tokens at once, your first new query sees the "
+                "second and the third. Could it have seen them had the three arrived one "
+                "step at a time?",
+            ),
+            Misconception(
+                "decode-mask-inverted",
+                "The mask is inverted: it is True where a key must be hidden, while a mask "
+                "here keeps the keys where it is True. Each new query then sees exactly the "
+                "keys it must not (the new tokens after it) and none of the cache; the last "
+                "new query sees nothing at all.",
+                (_decode_variant(mask="inverted"),),
+                {"mask": "inverted"},
+                question="Your new queries see only tokens after them, and none of the "
+                "cache. In your mask, what does True mean, and what does the attention you "
+                "call take it to mean?",
             ),
         ),
     )
@@ -428,10 +518,12 @@ register_parts(
                     "cache-wrong-order",
                     "cache-wrong-axis",
                     "new-key-not-included",
+                    "cache-not-read",
                     "mask-blocks-past",
                     "mask-wrong-offset",
                     "decode-scale-wrong",
                     "no-causal-mask-in-chunk",
+                    "decode-mask-inverted",
                 ),
             },
         ),

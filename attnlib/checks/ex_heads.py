@@ -24,6 +24,7 @@ import itertools
 import numpy as np
 
 from attnlib.checks._core import Case, Exercise, Finding, Misconception, register
+from attnlib.checks.measure import fmt
 
 # The references are the mistake models with no mistake (``_split_build()``,
 # ``_merge_build()``), written here apart from attnlib.heads.split_heads / merge_heads (which
@@ -98,7 +99,9 @@ def _split_build(*, method="transpose", layout="contiguous", order=(0, 2, 1, 3))
     The features are cut into (n_heads, d_head) blocks (``layout="contiguous"``) or dealt
     out every n_heads-th (``"interleaved"``); the logical axes (batch, seq, n_heads,
     d_head) are then put in ``order`` ("bshd", "hbsd" or a permutation).
-    ``method="reshape"`` reshapes straight to (batch, n_heads, seq, d_head).
+    ``method="reshape"`` reshapes straight to (batch, n_heads, seq, d_head);
+    ``method="fold"`` splits right but folds the heads into the batch axis,
+    (batch · n_heads, seq, d_head), the layout torch uses inside nn.MultiheadAttention.
     """
     perm = {"bshd": (0, 1, 2, 3), "hbsd": (2, 0, 1, 3)}.get(order, order)
 
@@ -111,9 +114,19 @@ def _split_build(*, method="transpose", layout="contiguous", order=(0, 2, 1, 3))
             y = x.reshape(batch, seq, n_heads, d_head)
         else:
             y = np.swapaxes(x.reshape(batch, seq, d_head, n_heads), -1, -2)
+        if method == "fold":
+            return y.transpose(0, 2, 1, 3).reshape(batch * n_heads, seq, d_head)
         return y.transpose(perm)
 
     return fn
+
+
+def _interleaved_finding(n_heads: int, d_head: int) -> Finding:
+    return Finding(
+        "heads-interleaved-features",
+        f"with d_model = {n_heads * d_head} and n_heads = {n_heads}, head 0 holds features "
+        f"{list(range(0, n_heads * d_head, n_heads))} of position 0.",
+    )
 
 
 def _infer_split(learner) -> list[Finding]:
@@ -128,6 +141,21 @@ def _infer_split(learner) -> list[Finding]:
         "interleaved": np.swapaxes(x.reshape(batch, seq, d_head, n_heads), -1, -2),
     }
     names = ("batch", "seq", "n_heads", "d_head")
+    if y.shape == (batch * n_heads, seq, d_head):  # the heads folded into the batch axis
+        for layout, base in logical.items():
+            if np.array_equal(base.transpose(0, 2, 1, 3).reshape(y.shape), y):
+                found = [
+                    Finding(
+                        "heads-folded-into-batch",
+                        f"for batch {batch} and n_heads {n_heads} the result has shape "
+                        f"{y.shape}: its first axis has {batch * n_heads} entries, and entry "
+                        f"1 holds what belongs to batch element 0.",
+                    )
+                ]
+                if layout == "interleaved":
+                    found.append(_interleaved_finding(n_heads, d_head))
+                return found
+        return []
     for layout, base in logical.items():
         for perm in itertools.permutations(range(4)):
             cand = base.transpose(perm)
@@ -135,14 +163,7 @@ def _infer_split(learner) -> list[Finding]:
                 continue
             found = []
             if layout == "interleaved":
-                found.append(
-                    Finding(
-                        "heads-interleaved-features",
-                        f"with d_model = {n_heads * d_head} and n_heads = {n_heads}, head 0 "
-                        f"holds features {list(range(0, n_heads * d_head, n_heads))}: every "
-                        f"{n_heads}-th one, not the block 0..{d_head - 1}.",
-                    )
-                )
+                found.append(_interleaved_finding(n_heads, d_head))
             got = tuple(names[i] for i in perm)
             shown = f"({', '.join(got)})"
             if got == ("batch", "seq", "n_heads", "d_head"):
@@ -192,7 +213,8 @@ register(
         forbidden=("attnlib.heads.split_heads",),
         infer=_infer_split,
         build=_split_build,
-        # re-read in memory order: there are no axes or feature blocks to speak of
+        # re-read in memory order: there are no axes or feature blocks to speak of; folded
+        # into the batch: the axes are (batch · heads, seq, d_head) whatever order was meant
         exclusive=tuple(
             frozenset({"heads-reshape-without-transpose", other})
             for other in (
@@ -201,47 +223,79 @@ register(
                 "heads-axis-first",
                 "heads-axes-order",
             )
+        )
+        + tuple(
+            frozenset({"heads-folded-into-batch", other})
+            for other in ("heads-axis-not-moved", "heads-axis-first", "heads-axes-order")
         ),
         misconceptions=(
             Misconception(
                 "heads-reshape-without-transpose",
-                "x.reshape(batch, n_heads, seq, d_head) has the right shape but reads the "
-                "numbers in memory order, so one 'head' gets the first features of several "
-                "positions. Split the feature axis first, (batch, seq, n_heads, d_head), then "
-                "move the head axis forward with swapaxes(1, 2).",
+                "A reshape straight to (batch, n_heads, seq, d_head) has the right shape but "
+                "reads the numbers in the order they sit in memory, position after position, "
+                "so one 'head' gets all the features of a position, then the next position's "
+                "first features, and so on: its rows come from the wrong tokens. Cut the "
+                "feature axis of each position into (n_heads, d_head) first, while the "
+                "positions are still in place, and only then move the head axis in front of "
+                "the positions.",
                 (_split_no_transpose,),
                 {"method": "reshape"},
+                question="On the arange input, which input numbers does your head 0, position "
+                "1 hold, and which features of which position should it hold? In what order "
+                "does a reshape read the numbers?",
             ),
             Misconception(
                 "heads-interleaved-features",
-                "Each head gets every n_heads-th feature (reshape to (..., d_head, n_heads)). "
-                "Head h owns the contiguous block of features h*d_head .. (h+1)*d_head - 1: "
-                "reshape to (batch, seq, n_heads, d_head).",
+                "Each head gets every n_heads-th feature: the feature axis was cut as (d_head, "
+                "n_heads), so consecutive features go to different heads. Head h owns the "
+                "contiguous block of features from h times d_head up to (h + 1) times d_head, "
+                "so the feature axis is cut as (n_heads, d_head), the head index first.",
                 (_split_interleaved,),
                 {"layout": "interleaved"},
+                question="Which features of a position end up in your head 0? Which block of "
+                "features should head 0 own?",
             ),
             Misconception(
                 "heads-axis-not-moved",
-                "The result is (batch, seq, n_heads, d_head): the head axis must come before "
-                "the position axis so that attention runs over positions for each head. Add "
-                ".swapaxes(1, 2).",
+                "The result is (batch, seq, n_heads, d_head): the features are cut right, but "
+                "the head axis still sits after the positions. Attention works on the last "
+                "two axes (positions × features), so the head axis must come before the "
+                "position axis for each head to attend over positions on its own.",
                 (_split_head_axis_last_but_one,),
                 {"order": "bshd"},
+                question="What shape does your result have, and what does each of its four "
+                "axes count? Which two axes does attention work on?",
             ),
             Misconception(
                 "heads-axis-first",
-                "The head axis was moved in front of the batch axis. The shape is (batch, "
-                "n_heads, seq, d_head): swap axes 1 and 2 only.",
+                "The head axis was moved in front of the batch axis, (n_heads, batch, seq, "
+                "d_head). The batch stays the first axis; only the head axis and the position "
+                "axis trade places.",
                 (_split_wrong_permute,),
                 {"order": "hbsd"},
+                question="What does the first axis of your result count? Which axis should "
+                "come first?",
             ),
             Misconception(
                 "heads-axes-order",
-                "The axes come out in another order. The result is (batch, n_heads, seq, "
-                "d_head): reshape to (batch, seq, n_heads, d_head), then swap axes 1 and 2 — "
-                "and only those.",
+                "The axes come out in another order than (batch, n_heads, seq, d_head). After "
+                "cutting the features into (n_heads, d_head), only the head axis and the "
+                "position axis trade places; the batch stays first and d_head last.",
                 (_split_build(order=(0, 2, 3, 1)),),
                 {"order": (0, 2, 3, 1)},
+                question="Name the four axes of your result in order. Which of them are where "
+                "the exercise asks for them?",
+            ),
+            Misconception(
+                "heads-folded-into-batch",
+                "The heads were folded into the batch axis, (batch × n_heads, seq, d_head) — "
+                "the layout torch uses inside nn.MultiheadAttention. The split is right, but "
+                "the exercise asks for the heads as an axis of their own, (batch, n_heads, "
+                "seq, d_head), so that batch element and head stay apart.",
+                (_split_build(method="fold"),),
+                {"method": "fold"},
+                question="How many axes does your result have, and how many entries does its "
+                "first axis hold? Where would you read batch element 1, head 0?",
             ),
         ),
     )
@@ -286,10 +340,18 @@ def _merge_interleaved(x):
 
 
 def _merge_build(*, perm=(0, 2, 1, 3)):
-    """merge_heads as x.transpose(perm).reshape(batch, seq, d_model); (0, 2, 1, 3) is right."""
+    """merge_heads as x.transpose(perm).reshape(batch, seq, d_model); (0, 2, 1, 3) is right.
+
+    ``perm="mean"`` or ``"sum"`` combines the heads by averaging or adding them instead,
+    (batch, seq, d_head): one choice of how the heads come back, like the axis orders.
+    """
 
     def fn(x):
         batch, n_heads, seq, d_head = x.shape
+        if perm == "mean":
+            return x.mean(axis=1)
+        if perm == "sum":
+            return x.sum(axis=1)
         return x.transpose(perm).reshape(batch, seq, n_heads * d_head)
 
     return fn
@@ -302,7 +364,25 @@ def _infer_merge(learner) -> list[Finding]:
     )
     o = learner(x.copy())
     y = o.array(0) if o.ok and o.arity == 1 else None
-    if y is None or y.dtype == bool or y.shape != (batch, seq, n_heads * d_head):
+    if y is None or y.dtype == bool:
+        return []
+    if y.shape == (batch, seq, d_head):  # the heads combined into one
+        combined = {"mean": ("merge-heads-averaged", x.mean(axis=1)),
+                    "sum": ("merge-heads-summed", x.sum(axis=1))}  # fmt: skip
+        for mid, want in combined.values():
+            if np.allclose(y, want, rtol=1e-12, atol=1e-12):
+                return [
+                    Finding(
+                        mid,
+                        f"for n_heads = {n_heads} and d_head = {d_head} your output has shape "
+                        f"{y.shape}, with {d_head} features per position instead of "
+                        f"{n_heads * d_head}; position 0's first feature is "
+                        f"{fmt(float(y[0, 0, 0]))}, where the heads hold "
+                        f"{[int(v) for v in x[0, :, 0, 0]]}.",
+                    )
+                ]
+        return []
+    if y.shape != (batch, seq, n_heads * d_head):
         return []
     names = ("batch", "n_heads", "seq", "d_head")
     for perm in itertools.permutations(range(4)):
@@ -315,9 +395,9 @@ def _infer_merge(learner) -> list[Finding]:
             return [
                 Finding(
                     "merge-wrong-order",
-                    f"your output is x.reshape{y.shape} read straight from (batch, n_heads, "
-                    f"seq, d_head): output position 0 holds {y[0, 0, :d_head].astype(int).tolist()}"
-                    f"... — numbers of head 0 at several positions.",
+                    f"on the arange input, output position 0 starts with "
+                    f"{y[0, 0, : 2 * d_head].astype(int).tolist()}: numbers of head 0 at "
+                    "positions 0 and 1.",
                 )
             ]
         if perm == (0, 2, 3, 1):
@@ -352,28 +432,60 @@ register(
         misconceptions=(
             Misconception(
                 "merge-wrong-order",
-                "x.reshape(batch, seq, d_model) straight from (batch, n_heads, seq, d_head) "
-                "reads head 0's positions one after another, so output position 0 gets "
-                "pieces of several positions. Move the head axis back first: "
-                "x.swapaxes(1, 2).reshape(batch, seq, n_heads * d_head).",
+                "A reshape to (batch, seq, d_model) straight from (batch, n_heads, seq, "
+                "d_head) reads the numbers in memory order: all of head 0's positions one "
+                "after another, then head 1's. So output position 0 gets pieces of several "
+                "positions of head 0. The head axis has to move back behind the positions "
+                "first, so that each position's heads sit next to each other, and only then "
+                "can the reshape join them.",
                 (_merge_no_transpose,),
                 {"perm": (0, 1, 2, 3)},
+                question="On the arange input, which head and which positions do the numbers "
+                "of your output position 0 come from? Which should they come from?",
             ),
             Misconception(
                 "merge-heads-interleaved",
-                "The heads' features are interleaved (feature f of every head, then f + 1). "
-                "Put each head's d_head features side by side as one block: swap axes 1 and "
-                "2, then reshape.",
+                "The heads' features are interleaved: feature f of every head, then feature f "
+                "+ 1. Each head's d_head features belong side by side as one block, head 0's "
+                "block first, so the head axis must sit just before the feature axis when the "
+                "two are joined.",
                 (_merge_interleaved,),
                 {"perm": (0, 2, 3, 1)},
+                question="Read the first few features of your output position 0: from which "
+                "heads do they come, in what order? Does your merge undo your split?",
             ),
             Misconception(
                 "merge-axes-order",
-                "The axes are moved into another order before the reshape. Only the head "
-                "axis moves: x.swapaxes(1, 2) gives (batch, seq, n_heads, d_head), then "
-                "reshape to (batch, seq, n_heads * d_head).",
+                "The axes were put into another order before the reshape. Only the head axis "
+                "moves, back behind the positions, giving (batch, seq, n_heads, d_head); then "
+                "the last two axes join into d_model.",
                 (_merge_build(perm=(0, 3, 2, 1)),),
                 {"perm": (0, 3, 2, 1)},
+                question="Before your reshape, what did each of the four axes count? Which "
+                "one should move, and where to?",
+            ),
+            Misconception(
+                "merge-heads-averaged",
+                "The heads were averaged into one, so the output has d_head features per "
+                "position instead of d_model. Multi-head attention keeps every head's result: "
+                "the heads' outputs are put side by side (concatenated) and the output "
+                "projection mixes them afterwards. An average would throw away what made the "
+                "heads different.",
+                (_merge_build(perm="mean"),),
+                {"perm": "mean"},
+                question="How many features per position does your output have, and how many "
+                "should it have? Does every number of every head still appear in your output?",
+            ),
+            Misconception(
+                "merge-heads-summed",
+                "The heads were added into one, so the output has d_head features per "
+                "position instead of d_model. The heads' outputs are put side by side "
+                "(concatenated), not added: each head's d_head numbers keep their own places, "
+                "and the output projection mixes them afterwards.",
+                (_merge_build(perm="sum"),),
+                {"perm": "sum"},
+                question="How many features per position does your output have, and how many "
+                "should it have? Does every number of every head still appear in your output?",
             ),
         ),
     )

@@ -17,10 +17,11 @@ Diagnosis by inference (see :mod:`attnlib.checks._core`):
   read off which cells each output averages and with what coefficient: the offset of query
   and key (previous, own, or the later key), a wrapped read of query 0, a query range one
   short, a batch read only at sequence 0, a mean over the heads, a sum or a wrong count;
-* ``k_composition``: doubling W_q tells a normalised score from a raw norm; on weights of
-  rank 1 (where every matrix norm agrees) the value names the product (key side, query
-  side, untransposed, or the paper's column-vector formulas typed with row weights); on
-  full-rank weights, the Frobenius or the spectral norm.
+* ``k_composition``: doubling W_q tells a normalised score from a raw norm (and a raw
+  squared one, which quadruples); on weights of rank 1 (where the Frobenius and spectral
+  norms agree) the value names the product (key side, query side, untransposed, entry by
+  entry, or the paper's column-vector formulas typed with row weights) and whether the
+  norms were squared; on full-rank weights, the Frobenius or the spectral norm.
 """
 
 from __future__ import annotations
@@ -263,65 +264,84 @@ register(
         misconceptions=(
             Misconception(
                 "self-not-previous",
-                "This is the weight on the query's own position (the diagonal, "
-                "weights[b, h, t, t]). The previous position is one key to the left: "
-                "weights[b, h, t, t - 1], the diagonal just below the main one.",
+                "Your score reads the weight each query puts on its own position: the main "
+                "diagonal of the map. The previous position is one key to the left of the "
+                "query, on the diagonal just below the main one.",
                 (_prev_build(offset=0),),
                 {"offset": 0},
+                question="For query t, which key's weight does your score read: where does "
+                "that key sit relative to the query's own position, and where does the "
+                "position before it sit?",
             ),
             Misconception(
                 "query-key-swapped",
-                "Rows are queries and columns are keys: weights[b, h, t - 1, t] is query t - 1 "
-                "looking at key t, a later token, which a causal head never sees (always 0). "
-                "Take weights[b, h, t, t - 1].",
+                "Query and key are swapped: your cells are in row t - 1, column t, the weight "
+                "a query puts on the key after it. Rows are queries and columns keys, and a "
+                "causal head never looks ahead, so those weights are always 0.",
                 (_prev_build(offset=-1),),
                 {"offset": -1},
+                question="On a causal map your scores are 0 for every head. Which of the two "
+                "position indices of a cell is the query and which the key, and where in a "
+                "causal map are the weights always 0?",
             ),
             Misconception(
                 "includes-first-query",
-                "Query 0 has no previous position: with t running from 0, t - 1 = -1 picks "
-                "the last key, which is masked (weight 0), and pulls the mean down. Average "
-                "over queries t = 1 .. seq - 1 only.",
+                "Query 0 is counted. It has no previous position: its key t - 1 = -1 is read "
+                "as the last key, which a causal map masks (weight 0), so the mean is pulled "
+                "down. Only the queries 1 to seq - 1 have a position before them.",
                 (_prev_build(first="wrap"),),
                 {"first": "wrap"},
+                question="Which key does your score read for query 0, the first position? "
+                "Is there a position before it?",
             ),
             Misconception(
                 "query-range-off-by-one",
-                "One query too few: range(1, seq - 1) stops before seq - 1 (and range(2, seq) "
-                "starts after 1). Every query t = 1 .. seq - 1 has a previous position: "
-                "range(1, seq), or the slice weights[..., 1:, :-1].diagonal(dim1=-2, dim2=-1).",
+                "One query too few: the range of queries stops one before the last (or "
+                "starts one after the first). Every query from 1 to seq - 1 has a previous "
+                "position, and a Python range leaves out its end.",
                 (_prev_build(last="drop"),),
                 {"last": "drop"},
+                question="How many queries of one sequence does your score average? Count "
+                "the queries of a sequence of length seq that have a position before them.",
             ),
             Misconception(
                 "first-batch-only",
-                "Only the first sequence of the batch is read (weights[0], or a loop over the "
-                "heads that never moves along the batch). The score is a mean over every "
-                "sequence of the batch as well as over the queries: mean(dim=(0, 2)).",
+                "Only the first sequence of the batch is read (the batch index fixed at 0, "
+                "or a loop over the heads that never moves along the batch). The score is a "
+                "mean over every sequence of the batch as well as over the queries.",
                 (_prev_build(batch="first"),),
                 {"batch": "first"},
+                question="Change only the second sequence of the batch: does your score move? "
+                "Over which sequences should a head's score be averaged?",
             ),
             Misconception(
                 "mean-over-heads",
-                "The mean runs over the heads, giving one number per sequence. Average over "
-                "the batch and the query positions (dims 0 and 2) to get one number per head.",
+                "The mean runs over the heads and the queries, and the batch axis is left: "
+                "one number per sequence. Averaging over the batch and the query positions "
+                "instead keeps one number per head.",
                 (_prev_build(reduce="heads"),),
                 {"reduce": "heads"},
+                question="Your result has one number per sequence of the batch. Which axes "
+                "did you average over, and which axis must be left at the end?",
             ),
             Misconception(
                 "sum-not-mean",
-                "The weights are summed; take the mean, so that the score is a weight "
-                "between 0 and 1 whatever the batch size and sequence length.",
+                "The weights are summed, so the score grows with the batch size and the "
+                "sequence length. A mean keeps it a weight between 0 and 1.",
                 (_prev_build(reduce="sum"),),
                 {"reduce": "sum"},
+                question="Can your score be larger than 1? Between which values should a "
+                "score made of attention weights stay, whatever the batch and the length?",
             ),
             Misconception(
                 "mean-wrong-count",
-                "The sum is divided by the wrong count (batch · seq, say). A mean divides by "
-                "the number of weights it adds: batch · (seq - 1) per head, since query 0 "
-                "has no previous position. .mean() over the selected weights counts for you.",
+                "The sum is divided by the wrong count (batch times seq, say). A mean divides "
+                "by the number of weights it adds: batch times (seq - 1) per head, since "
+                "query 0 has no previous position.",
                 (_prev_build(reduce="count-seq"),),
                 {"reduce": "count-seq"},
+                question="How many weights does your score add up for one head, and by what "
+                "number do you divide the sum?",
             ),
         ),
     )
@@ -349,7 +369,12 @@ def _kc_matrices(W_q, W_k, W_v, W_o, product):
         W_QK, W_OV = W_q.T @ W_k, W_o @ W_v  # (d_head, d_head) each
         return W_QK, W_OV, W_QK.T @ W_OV
     W_QK, W_OV = W_q @ W_k.T, W_v @ W_o  # (d_model, d_model)
-    prod = {"key": W_QK @ W_OV.T, "query": W_OV @ W_QK, "untransposed": W_QK @ W_OV}[product]
+    prod = {
+        "key": W_QK @ W_OV.T,
+        "query": W_OV @ W_QK,
+        "untransposed": W_QK @ W_OV,
+        "elementwise": W_QK * W_OV.T,  # the key-side product with * for @
+    }[product]
     return W_QK, W_OV, prod
 
 
@@ -357,17 +382,23 @@ def _kc_build(*, product="key", norm="fro", normalise=True):
     """A K-composition score with the given choices; the defaults give the correct one.
 
     ``product`` "key" (W_QK W_OVᵀ), "query" (W_OV W_QK, Q-composition), "untransposed"
-    (W_QK W_OV) or "column" (W_QK = W_qᵀ W_k, W_OV = W_o W_v and W_QKᵀ W_OV: the paper's
-    column-vector formulas applied to row-vector weights); ``norm`` "fro" or "spectral"
-    (the largest singular value); ``normalise`` False returns the norm of the product.
+    (W_QK W_OV), "elementwise" (W_QK * W_OVᵀ, entry by entry) or "column" (W_QK = W_qᵀ W_k,
+    W_OV = W_o W_v and W_QKᵀ W_OV: the paper's column-vector formulas applied to row-vector
+    weights); ``norm`` "fro", "spectral" (the largest singular value) or "squared" (the
+    sum of squared entries, no square root); ``normalise`` False returns the norm of the
+    product, "qk" divides it by the norm of W_QK only and "ov" by that of W_OV only;
+    product.
     """
 
     def size(x):
+        if norm == "squared":
+            return (x**2).sum()
         return torch.linalg.matrix_norm(x, ord=2 if norm == "spectral" else "fro")
 
     def fn(W_q, W_k, W_v, W_o):
         W_QK, W_OV, prod = _kc_matrices(W_q, W_k, W_v, W_o, product)
-        score = size(prod) / (size(W_QK) * size(W_OV)) if normalise else size(prod)
+        by = {True: size(W_QK) * size(W_OV), False: 1.0, "qk": size(W_QK), "ov": size(W_OV)}
+        score = size(prod) / by[normalise]
         return float(score)
 
     return fn
@@ -417,7 +448,7 @@ def _kc_rank_one(seed, d_model=7, d_head=3):
     )
 
 
-_KC_PRODUCTS = ("key", "query", "untransposed", "column")
+_KC_PRODUCTS = ("key", "query", "untransposed", "elementwise", "column")
 
 
 def _infer_kc(learner) -> list[Finding]:
@@ -425,71 +456,110 @@ def _infer_kc(learner) -> list[Finding]:
     base = _number(learner(*full))
     if base is None or not math.isfinite(base) or base == 0:
         return []
-    # 1. Normalised? A normalised score does not change when W_q (or W_v) is doubled.
-    doubled = _number(learner(2 * full[0], full[1], full[2], full[3]))
-    if doubled is None:
+    # 1. Normalised? A normalised score does not change when W_q (in W_QK) or W_v (in W_OV)
+    #    is doubled; a size not divided by that factor's doubles, a squared one quadruples.
+    by_q = _number(learner(2 * full[0], full[1], full[2], full[3]))
+    by_v = _number(learner(full[0], full[1], 2 * full[2], full[3]))
+    if by_q is None or by_v is None:
         return []
-    ratio = doubled / base
-    if abs(ratio - 1) <= 1e-4:
-        normalise = True
-    elif abs(ratio - 2) <= 2e-4:
-        normalise = False
+    ratios = []
+    for r in (by_q / base, by_v / base):
+        near = [x for x in (1, 2, 4) if abs(r - x) <= 1e-4 * x]
+        if not near:
+            return []
+        ratios.append(near[0])
+    grows = {x for x in ratios if x != 1}
+    if len(grows) > 1:
+        return []
+    normalise = {(1, 1): True, (1, 2): "qk", (2, 1): "ov"}.get(
+        tuple(min(x, 2) for x in ratios), False
+    )
+    if not grows:
+        norms = ("fro", "spectral", "squared")
     else:
-        return []
-    # 2. Which product? On rank-1 weights all matrix norms agree, so only the product counts.
+        norms = ("squared",) if grows == {4} else ("fro", "spectral")
+    # 2. Which product? On rank-1 weights the Frobenius and spectral norms agree, so only
+    #    the product and whether the norms are squared count.
     ones = _kc_rank_one(1397)
     got = _number(learner(*ones))
     if got is None:
         return []
-    products = [
-        p for p in _KC_PRODUCTS
-        if math.isclose(got, _kc_build(product=p, normalise=normalise)(*ones), rel_tol=1e-4)
+    readings = [
+        (p, n) for p in _KC_PRODUCTS for n in norms
+        if n != "spectral"
+        and math.isclose(got, _kc_build(product=p, norm=n, normalise=normalise)(*ones),
+                         rel_tol=1e-4)
     ]  # fmt: skip
-    if len(products) != 1:
+    if len(readings) != 1:
         return []
-    product = products[0]
+    product, squared = readings[0][0], readings[0][1] == "squared"
     # 3. Which norm? On full-rank weights the Frobenius and spectral norms differ.
-    norms = [
-        n for n in ("fro", "spectral")
-        if math.isclose(base, _kc_build(product=product, norm=n, normalise=normalise)(*full),
-                        rel_tol=1e-4)
-    ]  # fmt: skip
-    if len(norms) != 1:
+    if squared:
+        norm = "squared"
+    else:
+        fits = [
+            n for n in ("fro", "spectral")
+            if math.isclose(base, _kc_build(product=product, norm=n, normalise=normalise)(*full),
+                            rel_tol=1e-4)
+        ]  # fmt: skip
+        if len(fits) != 1:
+            return []
+        norm = fits[0]
+    if not math.isclose(
+        base, _kc_build(product=product, norm=norm, normalise=normalise)(*full), rel_tol=1e-4
+    ):
         return []
     found = []
     if product != "key":
         W_QK, W_OV, _ = _kc_matrices(*(torch.as_tensor(w) for w in ones), product)
         what = {
-            "query": "‖W_OV W_QK‖: the product of the query side",
-            "untransposed": "‖W_QK W_OV‖: W_OV not transposed",
-            "column": f"‖W_QKᵀ W_OV‖ with W_QK = W_qᵀ W_k and W_OV = W_o W_v, both of shape "
-            f"{tuple(W_QK.shape)} (d_head, d_head), not (d_model, d_model)",
+            "query": "the size of W_OV W_QK (W_OV on the left, W_QK on the right)",
+            "untransposed": "the size of W_QK W_OV (W_QK on the left, W_OV as it is on the right)",
+            "elementwise": "the size of W_QK and W_OVᵀ multiplied entry by entry, not as matrices",
+            "column": f"the size of W_QKᵀ W_OV with W_QK = W_qᵀ W_k and W_OV = W_o W_v, both of "
+            f"shape {tuple(W_QK.shape)} (d_head, d_head), not (d_model, d_model)",
         }[product]
         found.append(
             Finding(
                 {
                     "query": "query-side",
                     "untransposed": "ov-not-transposed",
+                    "elementwise": "elementwise-product",
                     "column": "column-vector-formulas",
                 }[product],  # fmt: skip
-                f"on weights of rank 1 (where every matrix norm agrees) your score equals {what}.",
+                f"on weights of rank 1 (where every matrix norm agrees) your score follows {what}.",
             )
         )
-    if norms[0] == "spectral":
+    if norm == "spectral":
         found.append(
             Finding(
                 "spectral-norm",
                 "on full-rank weights your score equals the same ratio taken with the "
-                "spectral norm (the largest singular value: torch.linalg.norm(x, 2), "
-                "np.linalg.norm(x, 2)), not the Frobenius norm.",
+                "largest singular value of each matrix as its size.",
             )
         )
-    if not normalise:
+    if norm == "squared":
+        found.append(
+            Finding(
+                "squared-norms",
+                "on every probe your score equals the same ratio with each size taken as "
+                "the sum of the squared entries of its matrix.",
+            )
+        )
+    if normalise is False:
         found.append(
             Finding(
                 "not-normalised",
-                f"doubling W_q multiplies your score by {fmt(ratio)}: it is the size of the "
-                "product itself, not divided by ‖W_QK‖ ‖W_OV‖.",
+                f"doubling W_q multiplies your score by {fmt(ratios[0])}, and doubling W_v by "
+                f"{fmt(ratios[1])}.",
+            )
+        )
+    elif normalise in ("qk", "ov"):
+        found.append(
+            Finding(
+                "half-normalised",
+                f"doubling W_q multiplies your score by {fmt(ratios[0])}, doubling W_v by "
+                f"{fmt(ratios[1])}.",
             )
         )
     return found
@@ -512,45 +582,90 @@ register(
         misconceptions=(
             Misconception(
                 "query-side",
-                "W_OV @ W_QK is what a layer-0 output does to the *query* side "
-                "(Q-composition). On the key side the output a·W_OV is the row x_k in "
-                "x_q W_QK x_kᵀ, so the product is W_QK @ W_OV.T.",
+                "The product you measured is that of Q-composition: what a layer-0 output "
+                "does when it is part of the query vector, on the left of W_QK. On the key "
+                "side the output is part of x_k, the row on the right of W_QK, which enters "
+                "the score transposed; the product follows from that.",
                 (_kc_build(product="query"),),
                 {"product": "query"},
+                question="In the score x_q W_QK x_kᵀ, which vector holds the layer-0 output "
+                "here, on which side of W_QK does it stand, and in what form?",
             ),
             Misconception(
                 "ov-not-transposed",
-                "W_QK @ W_OV is not what the key sees. The head's output a·W_OV enters the "
-                "score transposed, x_q W_QK (a W_OV)ᵀ = x_q (W_QK W_OVᵀ) aᵀ: use W_QK @ W_OV.T.",
+                "W_OV enters your product as it is. The layer-0 output a W_OV is part of the "
+                "row x_k, which stands on the right of W_QK transposed; the transpose of a "
+                "product reverses its factors and transposes each, so W_OV reaches the score "
+                "transposed, after W_QK.",
                 (_kc_build(product="untransposed"),),
                 {"product": "untransposed"},
+                question="Write out the term the layer-0 output a W_OV adds to x_q W_QK x_kᵀ "
+                "when it is part of x_k. What happens to a W_OV in that position?",
+            ),
+            Misconception(
+                "elementwise-product",
+                "The two matrices are multiplied entry by entry. The layer-0 output reaches "
+                "the score through two linear maps applied one after the other, which is a "
+                "matrix product; an entrywise product of two square matrices has the right "
+                "shape but means nothing here.",
+                (_kc_build(product="elementwise"),),
+                {"product": "elementwise"},
+                question="Is the product in your score a matrix product, whose entries sum "
+                "over a shared index, or something else? Which kind does a vector passing "
+                "through W_OV and then W_QK meet?",
             ),
             Misconception(
                 "column-vector-formulas",
-                "These are the paper's column-vector formulas (W_QK = W_Qᵀ W_K, W_OV = W_O W_V, "
-                "‖W_QKᵀ W_OV‖) applied to weights stored for row vectors: with W_q of shape "
-                "(d_model, d_head) they give (d_head, d_head) matrices that compare nothing "
-                "in the residual stream. With rows, W_QK = W_q W_kᵀ and W_OV = W_v W_o, both "
-                "(d_model, d_model), and the key side is W_QK W_OVᵀ.",
+                "These are the paper's column-vector formulas applied to weights stored for "
+                "row vectors: with W_q of shape (d_model, d_head) they give (d_head, d_head) "
+                "matrices that compare nothing in the residual stream. With rows, W_QK is "
+                "W_q times the transpose of W_k and W_OV is W_v times W_o, both (d_model, "
+                "d_model).",
                 (_kc_build(product="column"),),
                 {"product": "column"},
+                question="What shapes do your W_QK and W_OV have? Two vectors of the residual "
+                "stream have d_model entries: what shape must a matrix between them have?",
             ),
             Misconception(
                 "spectral-norm",
-                "The norm is the spectral norm (largest singular value): torch.linalg.norm(x, "
-                "2) and np.linalg.norm(x, 2) mean that for a matrix. The score uses the "
-                "Frobenius norm, the square root of the sum of squared entries: "
-                "torch.linalg.matrix_norm(x) or torch.linalg.norm(x).",
+                "The norm is the spectral norm, the largest singular value (what numpy's and "
+                "torch's matrix norms of order 2 give). The score uses the Frobenius norm, "
+                "the square root of the sum of the squared entries.",
                 (_kc_build(norm="spectral"),),
                 {"norm": "spectral"},
+                question="Which matrix norm did you take? Compute it for a small matrix by "
+                "hand, as the square root of the sum of its squared entries: do you get the "
+                "same number?",
+            ),
+            Misconception(
+                "squared-norms",
+                "Each norm is squared: the sum of the squared entries without its square "
+                "root. The score is then the square of the Frobenius ratio, smaller than it "
+                "whenever it is below 1.",
+                (_kc_build(norm="squared"),),
+                {"norm": "squared"},
+                question="How did you compute each size? Treat a small matrix as one long "
+                "vector: is your number its length, or something else?",
             ),
             Misconception(
                 "not-normalised",
-                "The Frobenius norm of the product also grows with the sizes of the two "
-                "matrices. Divide by ‖W_QK‖_F · ‖W_OV‖_F, so that the score lies between 0 "
-                "and 1 and heads of different scales can be compared.",
+                "The score is the size of the product alone, and that grows with the sizes "
+                "of the two matrices. Divided by the product of their Frobenius norms it "
+                "lies between 0 and 1, and heads of different scales can be compared.",
                 (_kc_build(normalise=False),),
                 {"normalise": False},
+                question="Double W_q: does your score change? Should a score meant to lie "
+                "between 0 and 1 depend on the scale of the weights?",
+            ),
+            Misconception(
+                "half-normalised",
+                "The size of the product is divided by the size of one factor only. It grows "
+                "with the sizes of both W_QK and W_OV, so it is divided by both norms; only "
+                "then does the score lie between 0 and 1 whatever the scale of either head.",
+                (_kc_build(normalise="qk"), _kc_build(normalise="ov")),
+                {"normalise": "qk"},
+                question="Double W_q, then W_v, each on its own: does your score change with "
+                "one of them? By the sizes of which matrices does the product grow?",
             ),
         ),
     )

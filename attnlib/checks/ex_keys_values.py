@@ -2,14 +2,16 @@
 
 * ``lookup_batch(names, numbers, query_pos, n_names, n_numbers) -> (tokens, query, target)``
   — encode the lookup task (numpy);
-* ``kv_prediction() -> bool array (8,)`` — lesson 05's "predict, then check": before any
-  head is trained, the learner marks eight statements (:data:`STATEMENTS`) true or false.
+* ``kv_prediction() -> bool array (8,)`` — lesson 05's "reason, then check": before any
+  head is trained, the learner works out from the task and the three wirings whether each
+  of eight statements (:data:`STATEMENTS`) is true or false.
   Four graded parts (:data:`PARTS`, two statements each, one point each) are judged by the
   grader only (hidden cases, :func:`answers`); the lesson's own cells check the format and
   judge nothing (:func:`recorded`), so answers cannot be found by trial and error. The
   answer key is not here: it is the grader's (``staff/kvstaff/grader/answer_keys.py``,
   which the sandbox hides from every graded kernel) and reaches this registry only in the
-  grader's own process (:func:`install_answer_key`); the lesson measures every statement.
+  grader's own process (:func:`install_answer_key`). The lesson prints no verdict: its
+  measurements after the exercise are evidence the learner weighs.
 
 Lesson 06's exercises are in :mod:`attnlib.checks.ex_backprop`, lesson 07's
 ``mha_by_hand`` in :mod:`attnlib.checks.ex_mha`.
@@ -66,8 +68,13 @@ def _lookup_hidden_cases() -> list[Case]:
     ]
 
 
-def _lb_variant(*, target="right", query="name", layout="name-first"):
-    """One way to build the batch; the defaults give the correct function."""
+def _lb_variant(*, target="right", query="name", layout="name-first", query_shape="3d"):
+    """One way to build the batch; the defaults give the correct function.
+
+    ``target``: "right", "first-token", "name", "pos" or "onehot" (the right number,
+    one-hot); ``query``: "name" (right) or "leak"; ``layout``: "name-first" (right) or
+    "number-first"; ``query_shape``: "3d" (batch, 1, d_model) or "flat" (batch, d_model).
+    """
 
     def fn(names, numbers, query_pos, n_names, n_numbers):
         names, numbers, query_pos = (np.asarray(a) for a in (names, numbers, query_pos))
@@ -82,13 +89,16 @@ def _lb_variant(*, target="right", query="name", layout="name-first"):
         else:  # "leak": the query is the whole asked token, number included
             num_part = np.eye(n_numbers)[numbers[rows, query_pos]]
         parts = [name_part, num_part] if layout == "name-first" else [num_part, name_part]
-        q = np.concatenate(parts, axis=-1)[:, None, :]
+        q = np.concatenate(parts, axis=-1)
+        q = q[:, None, :] if query_shape == "3d" else q
         if target == "right":
             t = numbers[rows, query_pos]
         elif target == "first-token":
             t = numbers[:, 0]
         elif target == "name":
             t = names[rows, query_pos]
+        elif target == "onehot":
+            return tokens, q, np.eye(n_numbers)[numbers[rows, query_pos]]
         else:  # "pos": the position, not what is stored there
             t = query_pos.copy()
         return tokens, q, t.astype(np.int64)
@@ -128,13 +138,30 @@ def _infer_lookup(learner) -> list[Finding]:
                 "with 5 names and 3 numbers, each token's first 3 columns hold its number.",
             )
         )
-    if layout is not None and query.shape == (2, 1, 8):
-        q = query[:, 0]
+    if query.shape == (2, 8):
+        found.append(
+            Finding(
+                "query-axis-missing",
+                f"for a batch of 2 with d_model = 8 your query has shape {query.shape}.",
+            )
+        )
+    if layout is not None and query.shape in ((2, 1, 8), (2, 8)):
+        q = query.reshape(2, 8)
         num_block = q[:, :3] if layout == "number-first" else q[:, 5:]
         if np.array_equal(num_block, np.eye(_LB_N_NUMBERS)[numbers[rows, pos]]):
             found.append(
                 Finding("query-leaks-answer", "the number block of your query is the asked number.")
             )
+    if target.shape == (2, _LB_N_NUMBERS) and np.array_equal(
+        target, np.eye(_LB_N_NUMBERS)[numbers[rows, pos]]
+    ):
+        found.append(
+            Finding(
+                "target-one-hot",
+                f"your target has shape {target.shape} for a batch of 2 with 3 numbers; its "
+                f"rows are {target.astype(int).tolist()}.",
+            )
+        )
     if target.shape == (2,):
         readings = {
             "target-from-wrong-token": (numbers[:, 0], "the number of token 0"),
@@ -161,40 +188,71 @@ register(
         misconceptions=(
             Misconception(
                 "target-from-wrong-token",
-                "The target is the number of token 0, not of the token the query asks for. "
-                "Take it from the asked position: numbers[np.arange(batch), query_pos].",
+                "The target is the number of token 0, not of the token the query asks about. "
+                "Each sequence asks about its own position, so the target takes, row by row, "
+                "the number stored at that row's asked position.",
                 (_lb_variant(target="first-token"),),
                 {"target": "first-token"},
+                question="Which token does the query of row 1 ask about, and which token's "
+                "number is your target for that row?",
             ),
             Misconception(
                 "target-is-position",
                 "The target is the position of the asked token. The model must return what "
-                "is stored there: numbers[np.arange(batch), query_pos].",
+                "is stored there: the number carried by the token at that position.",
                 (_lb_variant(target="pos"),),
                 {"target": "pos"},
+                question="What does your target hold for each row: something about where the "
+                "asked token is, or something it carries? What must the model answer?",
             ),
             Misconception(
                 "target-is-name",
-                "The target is the asked token's name — which the query already contains. "
-                "The answer is the *number* carried by that token.",
+                "The target is the asked token's name, which the query already contains. The "
+                "answer is the other feature of that token: its number.",
                 (_lb_variant(target="name"),),
                 {"target": "name"},
+                question="Your targets equal something the query already contains. Which of "
+                "the asked token's two features must the model retrieve?",
+            ),
+            Misconception(
+                "target-one-hot",
+                "The target comes back one-hot encoded, (batch, n_numbers). The exercise asks "
+                "for the asked number itself, one integer per row, of shape (batch,): a loss "
+                "such as cross-entropy takes class indices.",
+                (_lb_variant(target="onehot"),),
+                {"target": "onehot"},
+                question="What shape and dtype does your target have, and what does the "
+                "docstring ask for?",
             ),
             Misconception(
                 "query-leaks-answer",
                 "The query contains the asked token's number: the answer is in the question, "
-                "and the model can skip attention altogether. Leave the number block of the "
-                "query at zero.",
+                "and the model can read it off without attending to anything. The query "
+                "carries the asked name only; its number block stays zero.",
                 (_lb_variant(query="leak"),),
                 {"query": "leak"},
+                question="Read the number block of your query for row 0. Could a model answer "
+                "from the query alone, without looking at the tokens?",
+            ),
+            Misconception(
+                "query-axis-missing",
+                "The query has shape (batch, d_model): the query axis of length 1 is missing. "
+                "Attention takes queries as (batch, seq_q, d_model), one query per sequence "
+                "here, so the query is (batch, 1, d_model).",
+                (_lb_variant(query_shape="flat"),),
+                {"query_shape": "flat"},
+                question="What shape does your query have, and what shape does attention "
+                "expect for queries (batch, seq_q, d_model)?",
             ),
             Misconception(
                 "feature-blocks-swapped",
-                "The number block comes first. The layout is [one_hot(name), "
-                "one_hot(number)] — names in the first n_names columns — for tokens and query "
+                "The number block comes first. The layout is the one-hot name, then the "
+                "one-hot number — names in the first n_names columns — for tokens and query "
                 "alike.",
                 (_lb_variant(layout="number-first"),),
                 {"layout": "number-first"},
+                question="Which columns of your tokens hold the name, and which the number? "
+                "In which order does the exercise lay them out?",
             ),
         ),
     )
@@ -206,21 +264,27 @@ register(
 # ----------------------------------------------------------------------------------------
 
 #: The statements the learner marks true or false before any head is trained (lesson 05
-#: lists them in this order). Each can be reasoned out from how the three heads are wired;
-#: each is measured in the lesson (section 7); tests/test_kv_prediction.py holds the
-#: grader's key to those measurements.
+#: lists them in this order). Each can be worked out from sections 1-2 of the lesson (the
+#: one-hot tokens, the query with its number block at zero, and what each wiring makes
+#: keys, values and scores of); the lesson's measurements afterwards are evidence the
+#: learner reads, not verdicts. tests/test_kv_prediction.py proves the grader's key by
+#: construction (weights that do what a statement says can be done, or the argument that
+#: none can) and against the lesson's measurements.
 STATEMENTS = (
-    "1. the uniform control does better than chance (1/8)",
+    "1. the uniform control can do better than chance (1/8)",
     "2. given enough training, the uniform control could reach 95 % accuracy",
-    "3. the separate head (d_head = 3) reaches at least 95 % accuracy within 150 steps",
-    "4. changing the numbers of the tokens the query does not ask about changes more than "
-    "5 % of the separate head's answers",
-    "5. the tied head (d_head = 3) reaches at least 95 % accuracy within 150 steps",
-    "6. changing the numbers of the tokens the query does not ask about changes more than "
-    "5 % of the tied head's answers",
-    "7. in the tied head, the score a query gives a token depends on the token's number, "
-    "not only on its name",
-    "8. no tied head can reach 95 % accuracy, however wide it is",
+    "3. a separate head (d_head = 3) can choose W_K so that no score depends on any "
+    "token's number, while W_V still lets the read-out tell all eight numbers apart",
+    "4. if a separate head puts all its weight on the asked token, giving the five other "
+    "tokens new numbers can still change its answer",
+    "5. in a tied head, changing a token's number can change its value only if it changes "
+    "its key as well",
+    "6. in a tied head, the score a query gives a token cannot depend on the token's "
+    "number, because the query's number block is zero",
+    "7. a separate head of width d_head = 1 can be given weights with which the asked "
+    "token gets the highest score in every book",
+    "8. a tied head wide enough to give every name and every number a dimension of its own "
+    "(d_head = 24) can be given weights that answer every book correctly",
 )
 
 #: The graded parts of the exercise: exercise name -> the statements it checks.
@@ -269,49 +333,91 @@ def _keyed(statement: int) -> np.ndarray:
     return np.array([_ANSWER_KEY[statement]])
 
 
-# statement -> (misconception id, explanation). An explanation is read after grading, but it
-# ships in this module, so it points at the measurement without saying which answer is right.
+# statement -> (misconception id, explanation, question). An id names what a statement is
+# about, not which answer is right (a wrong answer to it is the misconception). The texts
+# are read after grading,
+# but they ship in this module, so they point at the reasoning without saying which answer
+# is right (tests/test_kv_prediction.py checks that they do not).
 _WHY = {
     1: (
-        "control-at-chance",
-        "Statement 1: compare the control's accuracy in section 3 with chance (1/8). The "
-        "control cannot select, but ask what its read-out can still learn from the average "
-        "of the six values.",
+        "control-vs-chance",
+        "Statement 1 turns on what the control's read-out receives: the average of the six "
+        "values, whichever token is asked. Numbers may repeat within a book (section 1), so "
+        "ask how often the asked token's number is the one that appears most in its book, "
+        "and whether a read-out of the average can use that. Section 3 measures the control.",
+        "Statement 1: the control hands its read-out the average of the six values. What "
+        "could a read-out learn from that average, given that numbers may repeat in a book?",
     ),
     2: (
-        "control-can-select",
-        "Statement 2: section 3 asks the control about another token of the same books. "
-        "What does a head whose answer does not depend on the query get right at best?",
+        "control-ceiling",
+        "Statement 2 turns on what the control's answer can depend on. Every weight is 1/6 "
+        "whatever the query says, so its answer is the same whichever token is asked; it can "
+        "then be right only when the asked number happens to be its one guess for the whole "
+        "book. Section 3 asks the control about another token of the same books.",
+        "Statement 2: can the control's answer change when the query names another token of "
+        "the same book? How often can one answer per book be right?",
     ),
     3: (
-        "separate-fails",
-        "Statement 3: see the separate head's accuracy in section 3, and count how many "
-        "dimensions its key and its value each need for names and for numbers.",
+        "separate-split",
+        "Statement 3 turns on what a separate W_K and W_V can ignore. A token is the one-hot "
+        "name next to the one-hot number, so a key is the sum of one row of W_K for the name "
+        "and one for the number, and a value likewise with W_V; with separate matrices each "
+        "can leave out the part it does not need. Ask also whether three numbers per vector "
+        "leave room for 16 names and for 8 numbers. The optional part measures what the "
+        "trained separate head's scores and read-out depend on.",
+        "Statement 3: a key is one row of W_K for the name plus one row for the number. What "
+        "can a separate W_K do with the rows for the numbers, and what does that leave W_V "
+        "free to do?",
     ),
     4: (
-        "separate-reads-whole-book",
-        "Statement 4: section 4 changes the other tokens' numbers and counts the separate "
-        "head's answers that change.",
+        "separate-other-tokens",
+        "Statement 4 turns on what the output is made of: the weighted average of the six "
+        "values. With all the weight on the asked token, the other tokens' values are "
+        "multiplied by zero. Section 4 gives the other tokens new numbers and counts the "
+        "separate head's answers that change.",
+        "Statement 4: write the head's output as a weighted average of the six values. What "
+        "part do the other five tokens play when the asked token has all the weight?",
     ),
     5: (
-        "tied-only-slower",
-        "Statement 5: see the tied head's accuracy in section 3, and section 5 on what one "
-        "vector of three numbers has to do when it is key and value at once.",
+        "tied-key-is-value",
+        "Statement 5 turns on the definition of tying: one matrix makes both the key and the "
+        "value, so each token's key and value are the very same vector. Section 2's model "
+        "asserts that the two roles share one parameter.",
+        "Statement 5: in a tied head, how are a token's key and its value related? Can one "
+        "change without the other?",
     ),
     6: (
-        "tied-selects-anyway",
-        "Statement 6: section 4 changes the other tokens' numbers and counts the tied head's "
-        "answers that change.",
+        "tied-score-and-number",
+        "Statement 6 turns on where a score's dependence on the number could come from. The "
+        "query's number block being zero makes the query itself independent of any number; "
+        "the score is the dot product of that query with the token's key, so ask whether the "
+        "key depends on the token's number (in a tied head it is also the value, which must "
+        "carry the number). The lesson's optional part measures how much of the tied head's "
+        "scores the number explains.",
+        "Statement 6: the query has no number in it, but what about the key it is multiplied "
+        "with? In a tied head, must the key carry the token's number?",
     ),
     7: (
-        "tied-key-ignores-content",
-        "Statement 7: with k = v, what must the key carry so that the value can do its job? "
-        "Section 6 measures how much of the tied head's scores the number explains.",
+        "width-one-selects",
+        "Statement 7 turns on what a dot product can do in one dimension: every query and "
+        "every key is a single number, so a query's score is its own number times the key's. "
+        "For a positive query the highest score goes to the largest key, whatever the query "
+        "asks for; try to make each of 16 names win when asked. The lesson's optional part "
+        "trains separate heads of width 1, 2 and 3.",
+        "Statement 7: with d_head = 1 a score is a product of two numbers. For a given "
+        "query, which key gets the highest score, and does that depend on which name was "
+        "asked?",
     ),
     8: (
-        "tying-is-impossible",
-        "Statement 8: section 5 trains tied heads from 2 to 12 wide; see which widths reach "
-        "95 % within 400 steps.",
+        "tied-wide-enough",
+        "Statement 8 turns on room: with d_head = 24 the tied matrix can keep every feature "
+        "in a dimension of its own, the names in some and the numbers in others, and the "
+        "query can then look only at the name dimensions while the read-out looks only at "
+        "the number dimensions. Ask whether anything then stops the head from picking the "
+        "asked token and reading its number. The lesson's optional part trains tied heads "
+        "from 2 to 12 wide.",
+        "Statement 8: if the tied vector had separate dimensions for the name and for the "
+        "number, what could the query look at, and what could the read-out read?",
     ),
 }
 
@@ -371,7 +477,7 @@ def recorded(part: str, prediction) -> None:
     said = ", ".join(f"{s}: {'true' if got[s - 1] else 'false'}" for s in statements)
     print(
         f"Recorded your answers to statements {said}. They are graded when you hand the "
-        "notebook in; this cell does not say whether they are right (section 7 measures them)."
+        "notebook in; this cell does not say whether they are right."
     )
 
 
@@ -416,7 +522,12 @@ _WHOLE = register(
         blind=True,
         key_installed=has_answer_key,
         misconceptions=tuple(
-            Misconception(_WHY[s][0], _WHY[s][1], (_answer_with(**{f"flip_{s}": True}),))
+            Misconception(
+                _WHY[s][0],
+                _WHY[s][1],
+                (_answer_with(**{f"flip_{s}": True}),),
+                question=_WHY[s][2],
+            )
             for s in _ALL
         ),
     )

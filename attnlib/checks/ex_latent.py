@@ -14,8 +14,8 @@ Diagnosis by inference (see :mod:`attnlib.checks._core`):
   (q W_uk)·c (or q W_ukᵀ·c, which only runs when d_latent = d_head) and the rotary part
   q_rope·k_rope, with the latents of each query's own sequence or (a probe with batch =
   n_heads) of the sequence numbered like its head: the fit says whether the rotary part is
-  there, whether the latents were broadcast against the heads, and which of six scales
-  the scores carry.
+  there, whether the latents were broadcast against the heads, which of six scales the
+  scores carry, and whether the rotary part was added after the content part was scaled.
 
 The lesson's other exercises, sliding_window_mask and topk_mask, are in
 :mod:`attnlib.checks.ex_fewer_keys`.
@@ -42,7 +42,7 @@ def _latent_reference(q, c, W_uk, q_rope, k_rope):
     return absorbed_scores(q, c, W_uk, q_rope=q_rope, k_rope=k_rope)
 
 
-def _latent_build(*, rope=True, way="right", scale="full", align="batch"):
+def _latent_build(*, rope=True, way="right", scale="full", align="batch", scope="both"):
     """Latent scores with the given choices; the defaults give the correct function.
 
     ``rope`` False leaves out the rotary part; ``way`` "transposed" multiplies the queries
@@ -50,7 +50,9 @@ def _latent_build(*, rope=True, way="right", scale="full", align="batch"):
     "latent" = 1/√d_latent, "head" = 1/√d_head, "none" = 1, "linear" = 1/(d_head + d_rope),
     "latent-rope" = 1/√(d_latent + d_rope); ``align`` "heads" multiplies by c and k_rope
     without a head axis, so that broadcasting lines their batch axis up with the heads
-    (runs only when batch = n_heads or batch = 1).
+    (runs only when batch = n_heads or batch = 1); ``scope`` "content" scales the content
+    part only and adds the rotary part unscaled, "each" scales each part by its own width
+    (the content by 1/√d_head, the rotary part by 1/√d_rope; ``scale`` is then ignored).
     """
 
     def fn(q, c, W_uk, q_rope, k_rope):
@@ -62,15 +64,18 @@ def _latent_build(*, rope=True, way="right", scale="full", align="batch"):
         else:
             c, k_rope = c.unsqueeze(1).transpose(-1, -2), k_rope.unsqueeze(1).transpose(-1, -2)
         s = q_lat @ c  # (batch, n_heads, seq_q, seq_k)
-        if rope:
-            s = s + q_rope @ k_rope
-        if scale == "none":
-            return s
+        position = q_rope @ k_rope if rope else 0
+        if scope == "each":
+            return s / math.sqrt(d_head) + position / math.sqrt(d_rope)
+        if scope == "both":
+            s, position = s + position, 0
         if scale == "linear":
-            return s / (d_head + d_rope)
-        width = {"full": d_head + d_rope, "latent": d_latent, "head": d_head,
-                 "latent-rope": d_latent + d_rope}[scale]  # fmt: skip
-        return s / math.sqrt(width)
+            s = s / (d_head + d_rope)
+        elif scale != "none":
+            width = {"full": d_head + d_rope, "latent": d_latent, "head": d_head,
+                     "latent-rope": d_latent + d_rope}[scale]  # fmt: skip
+            s = s / math.sqrt(width)
+        return s + position
 
     return fn
 
@@ -190,12 +195,32 @@ def _latent_findings(way, alpha, beta, sizes, align="batch") -> list[Finding]:
         found.append(
             Finding(
                 "rotary-key-forgotten",
-                "your scores do not change with q_rope and k_rope at all: the rotary part "
-                "q_rope·k_rope is missing from them.",
+                "your scores do not change at all when q_rope and k_rope change.",
             )
         )
     elif abs(beta - alpha) > 1e-4 * abs(alpha):
-        return found  # the two parts are scaled differently: nothing known explains it
+        apart = (1 / math.sqrt(d_head), 1 / math.sqrt(d_rope))
+        if d_head != d_rope and all(
+            abs(x - y) <= 1e-4 * y for x, y in zip((alpha, beta), apart, strict=True)
+        ):
+            found.append(
+                Finding(
+                    "parts-scaled-apart",
+                    f"the content part of your scores is multiplied by {fmt(alpha)} = "
+                    f"1/√d_head = 1/√{d_head}, the rotary part by {fmt(beta)} = 1/√d_rope = "
+                    f"1/√{d_rope}.",
+                )
+            )
+            return found
+        if abs(beta - 1) > 1e-4 or abs(alpha - 1) <= 1e-4:
+            return found  # the two parts are scaled differently: nothing known explains it
+        found.append(
+            Finding(
+                "rotary-part-unscaled",
+                f"the content part of your scores is multiplied by {fmt(alpha)}, the rotary "
+                "part q_rope·k_rope by 1: the two parts are not scaled alike.",
+            )
+        )
     candidates = [
         (1 / math.sqrt(d_head + d_rope), "", ""),
         (1 / math.sqrt(d_latent), f"1/√d_latent = 1/√{d_latent}", "scale-latent-width"),
@@ -218,9 +243,8 @@ def _latent_findings(way, alpha, beta, sizes, align="batch") -> list[Finding]:
         found.append(
             Finding(
                 named[1],
-                f"your scores are the raw dot products times {fmt(alpha)} = {named[0]}, "
-                f"not 1/√(d_head + d_rope) = 1/√{d_head + d_rope} (d_head {d_head}, d_rope "
-                f"{d_rope}, d_latent {d_latent}).",
+                f"your scores are the raw dot products times {fmt(alpha)} = {named[0]} "
+                f"(d_head {d_head}, d_rope {d_rope}, d_latent {d_latent}).",
             )
         )
     return found
@@ -243,73 +267,119 @@ register(
             frozenset({"up-projection-transposed", "scale-head-only"}),
             # with d_latent = d_head, √(d_latent + d_rope) is the right width
             frozenset({"up-projection-transposed", "scale-latent-plus-rope"}),
+            # an unscaled sum, or no rotary part at all: nothing is scaled apart
+            frozenset({"scale-missing", "rotary-part-unscaled"}),
+            frozenset({"rotary-key-forgotten", "rotary-part-unscaled"}),
+            # without a rotary part, the content scaled by its own width is scale-head-only
+            frozenset({"rotary-key-forgotten", "parts-scaled-apart"}),
         ),
         misconceptions=(
             Misconception(
                 "rotary-key-forgotten",
-                "The rotary part is missing. Positions live only in q_rope and k_rope (the "
-                "latent carries none: a rotation between q and W_uk would stop W_uk from "
-                "being absorbed), so the score is (q W_uk)·c + q_rope·k_rope, both parts "
-                "scaled together.",
+                "The rotary part is missing. Positions live only in the rotary query and "
+                "key (the latent carries none: a rotation between the query and W_uk would "
+                "stop W_uk from being absorbed), so the score adds the rotary dot product to "
+                "the content one, and both are scaled together.",
                 (_latent_build(rope=False),),
                 {"rope": False},
+                question="Change q_rope or k_rope and call your function again: do your "
+                "scores move? Which parts make up the whole query and the whole key?",
             ),
             Misconception(
                 "up-projection-transposed",
-                "W_uk[h] has shape (d_head, d_latent) and the key is k = W_uk[h] c, so "
-                "q·k = qᵀ W_uk[h] c = (q W_uk[h])·c: multiply the queries by W_uk itself, not "
-                "by its transpose (which only runs when d_latent = d_head).",
+                "W_uk[h] has shape (d_head, d_latent) and the key is W_uk[h] times c, so the "
+                "query's dot product with that key equals the query multiplied by W_uk[h] "
+                "itself, dotted with c. Multiplying by its transpose only runs because "
+                "d_latent equals d_head there.",
                 (_latent_build(way="transposed"),),
                 {"way": "transposed"},
+                question="Does your function run when d_latent differs from d_head? Write "
+                "the dot product of a query with the key W_uk[h] c and move W_uk[h] to the "
+                "query's side: what becomes of it?",
             ),
             Misconception(
                 "scale-latent-width",
-                "The scores were divided by √d_latent. Absorbing W_uk changes where the "
-                "product is computed, not what it is: it is still the dot product of a query "
-                "and a key of width d_head + d_rope, so divide by √(d_head + d_rope).",
+                "The scores were divided by the square root of d_latent. Absorbing W_uk "
+                "changes where the product is computed, not what it is: the dot product of a "
+                "query and a key of width d_head + d_rope, and that width sets the scale.",
                 (_latent_build(scale="latent"),),
                 {"scale": "latent"},
+                question="Which width did you divide by the square root of? Of which two "
+                "vectors is each score the dot product, and how wide are they?",
             ),
             Misconception(
                 "scale-head-only",
-                "The scores were divided by √d_head only. The rotary part adds d_rope "
-                "dimensions to every query·key product: divide by √(d_head + d_rope).",
+                "The scores were divided by the square root of d_head only. The rotary part "
+                "adds d_rope dimensions to every query and key, so the width of the dot "
+                "product is d_head + d_rope.",
                 (_latent_build(scale="head"),),
                 {"scale": "head"},
+                question="Which width did you divide by the square root of? How many "
+                "dimensions does the whole query, content and rotary, have?",
             ),
             Misconception(
                 "scale-missing",
                 "The scores are not scaled at all. Like every attention score they are "
-                "divided by the square root of the width of the dot product, here "
-                "√(d_head + d_rope), so that their spread does not grow with the width "
-                "(lesson 04).",
+                "divided by the square root of the width of the dot product, here d_head + "
+                "d_rope, so that their spread does not grow with the width (lesson 04).",
                 (_latent_build(scale="none"),),
                 {"scale": "none"},
+                question="How does the spread of your scores change if every width doubles? "
+                "What did lesson 04 do about that?",
             ),
             Misconception(
                 "scale-not-sqrt",
                 "The scores were divided by d_head + d_rope itself. The spread of a dot "
-                "product of width d grows like √d, so the scale is 1/√(d_head + d_rope).",
+                "product of width d grows like the square root of d, so the scale is one "
+                "over the square root of d_head + d_rope.",
                 (_latent_build(scale="linear"),),
                 {"scale": "linear"},
+                question="By what exact number are your raw dot products divided? How does "
+                "the spread of a dot product grow with its width?",
             ),
             Misconception(
                 "scale-latent-plus-rope",
-                "The scores were divided by √(d_latent + d_rope), the width of what is "
-                "cached. The dot product is still one of a query and a key of width "
-                "d_head + d_rope, however it is computed: divide by √(d_head + d_rope).",
+                "The scores were divided by the square root of d_latent + d_rope, the width "
+                "of what is cached. The dot product is still one of a query and a key of "
+                "width d_head + d_rope, however it is computed.",
                 (_latent_build(scale="latent-rope"),),
                 {"scale": "latent-rope"},
+                question="Which width did you divide by the square root of: that of what is "
+                "cached, or that of the query and key whose dot product the score is?",
+            ),
+            Misconception(
+                "rotary-part-unscaled",
+                "Only the content part is scaled; the rotary part is added after the "
+                "division. Both are pieces of one dot product between the whole query and "
+                "the whole key, and the whole sum is scaled.",
+                (_latent_build(scope="content"),),
+                {"scope": "content"},
+                question="Is the rotary part of your scores scaled like the content part? "
+                "Of which single dot product are the two parts pieces?",
+            ),
+            Misconception(
+                "parts-scaled-apart",
+                "Each part is scaled by its own width: the content part by the square root "
+                "of d_head, the rotary part by that of d_rope. They are two pieces of one dot "
+                "product between a whole query and a whole key, whose width is d_head + "
+                "d_rope; the sum is scaled once, by the square root of that width.",
+                (_latent_build(scope="each"),),
+                {"scope": "each", "scale": "full"},
+                question="By what number is each part of your scores divided? Of how many "
+                "dot products is a score made, and how wide is the vector it is taken over?",
             ),
             Misconception(
                 "latents-broadcast-over-heads",
-                "c (batch, seq_k, d_latent) and k_rope (batch, seq_k, d_rope) have no head "
-                "axis. Transposed without one, (batch, d_latent, seq_k) broadcasts against "
-                "the queries' (batch, n_heads, ...) with its batch axis in the place of the "
-                "heads: it fails when batch ≠ n_heads and silently mixes sequences when they "
-                "are equal. Insert the head axis: c[:, None] (or c.unsqueeze(1)).",
+                "The latents (batch, seq_k, d_latent) and rotary keys (batch, seq_k, d_rope) "
+                "have no head axis. Transposed without one, they broadcast against the "
+                "queries' (batch, n_heads, ...) with their batch axis in the place of the "
+                "heads: it fails when batch is not n_heads and silently mixes sequences when "
+                "they are equal. They need a head axis of size 1, after the batch axis.",
                 (_latent_build(align="heads"),),
                 {"align": "heads"},
+                question="Does your function run when batch and n_heads differ? Line up the "
+                "shapes of the queries and of the latents axis by axis, from the right: "
+                "which axis of the latents meets the heads?",
             ),
         ),
     )

@@ -11,6 +11,8 @@ tokens sits.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from attnlib.checks._core import Case, Exercise, Finding, Misconception, register
@@ -34,14 +36,15 @@ def _causal_hidden_cases() -> list[Case]:
 
 
 def _causal_build(*, pattern="tril", dtype="bool"):
-    """A causal mask: ``pattern`` "tril" (right), "strict" (tril k=-1), "triu0", "triu1";
-    ``dtype`` "bool" or "float" (0/1)."""
+    """A causal mask: ``pattern`` "tril" (right), "strict" (tril k=-1), "ahead1" (tril k=1:
+    one future key let through), "triu0", "triu1"; ``dtype`` "bool" or "float" (0/1)."""
 
     def fn(seq):
         ones = np.ones((seq, seq), dtype=bool)
         m = {
             "tril": np.tril(ones),
             "strict": np.tril(ones, k=-1),
+            "ahead1": np.tril(ones, k=1),
             "triu0": np.triu(ones),
             "triu1": np.triu(ones, k=1),
         }[pattern]
@@ -74,7 +77,7 @@ def _mask_values(o, i: int = 0):
 def _not_boolean(what: str) -> Finding:
     return Finding(
         "mask-not-boolean",
-        f"the mask is {what}, not booleans (dtype bool, True = may attend).",
+        f"the mask holds {what}.",
     )
 
 
@@ -92,16 +95,25 @@ def _infer_causal(learner) -> list[Finding]:
         found.append(
             Finding(
                 "causal-diagonal-excluded",
-                f"for seq = {seq} the diagonal is False: query i sees keys 0..i-1 and query 0 "
-                "sees nothing.",
+                f"for seq = {seq} the diagonal is blocked: query 0 may attend to "
+                f"{int(allowed[0].sum())} keys, query 1 to {int(allowed[1].sum())}.",
+            )
+        )
+    elif np.array_equal(allowed, np.tril(ones, k=1)):
+        found.append(
+            Finding(
+                "causal-one-future-key",
+                f"for seq = {seq} query 0 may attend to keys 0 and 1, query 2 to keys 0..3: "
+                "each row allows one key more than its own position.",
             )
         )
     elif np.array_equal(allowed, np.triu(ones)) or np.array_equal(allowed, np.triu(ones, k=1)):
         found.append(
             Finding(
                 "causal-inverted",
-                f"for seq = {seq} the True entries are above the diagonal: each query sees "
-                "the keys after it (the convention of masks where True = blocked).",
+                f"for seq = {seq} the allowed entries lie in the upper triangle: query 0 may "
+                f"attend to {int(allowed[0].sum())} keys, query {seq - 1} to "
+                f"{int(allowed[seq - 1].sum())}.",
             )
         )
     return found
@@ -121,27 +133,55 @@ register(
         misconceptions=(
             Misconception(
                 "causal-inverted",
-                "The mask lets each query see the future and hides the past. Query i (row) may "
-                "attend to key j (column) when j <= i: the lower triangle, np.tril.",
+                "The mask lets each query see the keys after it and hides the ones before it. "
+                "Row i is query i, column j is key j, and query i may attend to key j when j "
+                "is at most i: the True entries belong on and below the diagonal, in the lower "
+                "triangle. (Some libraries use True = blocked, which gives the upper triangle; "
+                "in this course True = may attend.)",
                 (
                     lambda seq: ~_causal_mask(seq),
                     lambda seq: np.triu(np.ones((seq, seq), dtype=bool)),
                 ),
                 {"pattern": "triu1"},
+                question="Print your mask for a short sequence. Which row belongs to the first "
+                "token, and which keys does it allow: the ones before it, or the ones after?",
             ),
             Misconception(
                 "causal-diagonal-excluded",
-                "The diagonal is blocked, so a token cannot attend to itself (and the first "
-                "token attends to nothing). Use j <= i, not j < i.",
+                "The diagonal is blocked, so a token cannot attend to itself, and the first "
+                "token attends to nothing at all (a row with nothing to attend to). The "
+                "condition is key position at most query position, the diagonal included, "
+                "not strictly before it.",
                 (_causal_build(pattern="strict"),),
                 {"pattern": "strict"},
+                question="Look at row 0 of your mask: which keys may the first token attend "
+                "to? Should a token be allowed to see itself?",
+            ),
+            Misconception(
+                "causal-one-future-key",
+                "Each query may see one key beyond its own position: the boundary of the "
+                "triangle sits one step above the diagonal. Query i must see keys 0 to i and "
+                "nothing later, so the allowed region stops at the diagonal. One token of the "
+                "future is enough for a language model to read the answer it is meant to "
+                "predict.",
+                (_causal_build(pattern="ahead1"),),
+                {"pattern": "ahead1"},
+                question="Count the True entries in row 0 and in the last row of your mask. "
+                "How many keys should query i see, and how many does yours allow?",
             ),
             Misconception(
                 "mask-not-boolean",
-                "The mask is numbers, not booleans. A float 0/1 mask is easily added to the "
-                "scores, which blocks nothing; return dtype bool (True = may attend).",
-                (lambda seq: _causal_mask(seq).astype(np.float64),),
+                "The mask is numbers, not booleans. A 0/1 mask is easily added to the scores "
+                "or multiplied into them, and neither blocks anything; an additive mask of 0 "
+                "and minus infinity works in torch, but this course's functions expect "
+                "booleans. The result must have the boolean dtype, True = may attend.",
+                (
+                    lambda seq: _causal_mask(seq).astype(np.float64),
+                    lambda seq: np.where(_causal_mask(seq), 0.0, -np.inf),
+                ),
                 {"dtype": "float"},
+                question="What dtype does your mask have? What would happen to the scores if "
+                "someone added your mask to them instead of using it to select?",
             ),
         ),
     )
@@ -176,15 +216,23 @@ def _pad_base(lengths, seq_k):
     return np.arange(seq_k)[None, :] < np.asarray(lengths)[:, None]  # (batch, seq_k)
 
 
-def _pad_build(*, layout="key", invert=False, offset=0, dtype="bool"):
-    """A padding mask: ``layout`` "key" (batch, 1, seq_k), "query" (batch, seq_k, 1) or
-    "flat" (batch, seq_k); ``invert``; ``offset`` added to the lengths; ``dtype`` "bool"
-    or "int"."""
+def _pad_build(*, layout="key", invert=False, offset=0, dtype="bool", side="right"):
+    """A padding mask: ``layout`` "key" (batch, 1, seq_k), "query" (batch, seq_k, 1),
+    "flat" (batch, seq_k) or "square" (batch, seq_k, seq_k: pad queries and pad keys both
+    blocked); ``invert``; ``offset`` added to the lengths; ``side`` "right" (pads after the
+    tokens, right) or "left" (the last positions taken as real); ``dtype`` "bool" or "int"."""
 
     def fn(lengths, seq_k):
-        m = np.arange(seq_k)[None, :] < np.asarray(lengths)[:, None] + offset
+        L = np.asarray(lengths)[:, None] + offset
+        pos = np.arange(seq_k)[None, :]
+        m = pos < L if side == "right" else pos >= seq_k - L
         m = ~m if invert else m
-        m = {"key": m[:, None, :], "query": m[:, :, None], "flat": m}[layout]
+        m = {
+            "key": m[:, None, :],
+            "query": m[:, :, None],
+            "flat": m,
+            "square": m[:, :, None] & m[:, None, :],
+        }[layout]
         return m if dtype == "bool" else m.astype(np.int64)
 
     return fn
@@ -216,12 +264,34 @@ def _infer_padding(learner) -> list[Finding]:
                 f"{allowed.shape} = (batch, seq_k).",
             )
         )
+    elif allowed.shape == (batch, seq_k, seq_k):
+        diag = np.diagonal(allowed, axis1=1, axis2=2)  # (batch, seq_k): what each position got
+        if not np.array_equal(allowed, diag[:, :, None] & diag[:, None, :]):
+            return found
+        found.append(
+            Finding(
+                "padding-square",
+                f"for lengths {lengths} and seq_k = {seq_k} the mask has shape "
+                f"{allowed.shape}; the row of a pad query (sequence 0, query 4) allows "
+                f"{int(allowed[0, 4].sum())} keys.",
+            )
+        )
+        allowed = diag[:, None, :]
     elif allowed.shape != (batch, 1, seq_k):
         return found
     flat = allowed.reshape(batch, seq_k)
     pos, L = np.arange(seq_k)[None, :], np.asarray(lengths)[:, None]
-    for offset in (0, 1, -1):
-        real = pos < L + offset
+    for side, offset in itertools.product(("right", "left"), (0, 1, -1)):
+        real = pos < L + offset if side == "right" else pos >= seq_k - (L + offset)
+        if side == "left":
+            found.append(
+                Finding(
+                    "padding-left-aligned",
+                    f"for lengths {lengths} and seq_k = {seq_k} the row of the sequence of "
+                    f"length 2 is {flat[0].astype(int).tolist()} and that of length 3 "
+                    f"{flat[3].astype(int).tolist()}.",
+                )
+            )
         for inverted in (False, True):
             if np.array_equal(flat, ~real if inverted else real):
                 if inverted:
@@ -242,6 +312,8 @@ def _infer_padding(learner) -> list[Finding]:
                         )
                     )
                 return found
+        if side == "left":
+            found.pop()
     return found
 
 
@@ -260,40 +332,85 @@ register(
             Misconception(
                 "padding-inverted",
                 "True marks the padding instead of the real tokens. In this course True = may "
-                "attend, so real positions (index < length) are True.",
+                "attend, so the real positions, those before the sequence's length, are True "
+                "and the pads False. (nn.MultiheadAttention's key padding mask uses the "
+                "opposite convention, True = pad.)",
                 (lambda lengths, seq_k: ~_pad_base(lengths, seq_k)[:, None, :],),
                 {"invert": True},
+                question="For a sequence of length 2 padded to 5, which positions of your "
+                "mask are True? Which ones should a query be allowed to attend to?",
             ),
             Misconception(
                 "padding-on-query-axis",
-                "The mask has shape (batch, seq_k, 1): it blocks query rows, not key columns. "
-                "Padding is about keys — nobody should attend to a pad — so the key axis is "
-                "last: (batch, 1, seq_k).",
+                "The mask has shape (batch, seq_k, 1): its length-seq_k axis lines up with "
+                "the query rows of the scores, so it blocks whole rows of pad queries and "
+                "still lets every real query attend to the pads. Padding is about keys — "
+                "nobody should attend to a pad — so the key axis comes last and the axis of "
+                "size 1 is the query axis: (batch, 1, seq_k).",
                 (lambda lengths, seq_k: _pad_base(lengths, seq_k)[:, :, None],),
                 {"layout": "query"},
+                question="Scores have shape (batch, seq_q, seq_k). Which of those axes does "
+                "the long axis of your mask line up with, and is it the queries or the keys "
+                "that are pads?",
             ),
             Misconception(
                 "padding-missing-query-axis",
-                "The mask has shape (batch, seq_k). Against scores of shape (batch, seq_q, "
-                "seq_k) it would line up with (seq_q, seq_k), not with the batch. Insert the "
-                "query axis: mask[:, None, :].",
+                "The mask has shape (batch, seq_k), without the axis of size 1 for the "
+                "queries. Against scores of shape (batch, seq_q, seq_k), broadcasting lines "
+                "its first axis up with the queries, not with the batch, so sequence b's "
+                "lengths would block keys for query b of every sequence. Keep a query axis of "
+                "size 1 between the two: (batch, 1, seq_k).",
                 (lambda lengths, seq_k: _pad_base(lengths, seq_k),),
                 {"layout": "flat"},
+                question="Broadcast your mask against scores of shape (batch, seq_q, seq_k) "
+                "in your head, aligning from the right: which axis of the scores does your "
+                "batch axis end up against?",
+            ),
+            Misconception(
+                "padding-square",
+                "The mask is (batch, seq_k, seq_k): it blocks the pad queries' rows as well "
+                "as the pad keys' columns. Padding only has to keep keys from being attended "
+                "to; a pad query's output is thrown away later, and blocking its row too "
+                "leaves it with nothing to attend to. The exercise asks for the key mask "
+                "alone, (batch, 1, seq_k), which broadcasts over every query row.",
+                (_pad_build(layout="square"),),
+                {"layout": "square"},
+                question="What shape does your mask have, and what does a pad query's row of "
+                "it allow? Which of the two, queries or keys, does the exercise ask you to "
+                "block?",
+            ),
+            Misconception(
+                "padding-left-aligned",
+                "The real tokens are taken to be the last positions, as if the pads came "
+                "first. In this course, as in most training batches, a sequence starts at "
+                "position 0 and the pads follow it, so position p is real when p is less "
+                "than the length.",
+                (_pad_build(side="left"),),
+                {"side": "left"},
+                question="For a sequence of length 2 padded to 5, at which end of your row "
+                "are the True entries? Where do the real tokens of a padded sequence sit?",
             ),
             Misconception(
                 "padding-off-by-one",
-                "One position too many (or too few) is marked real. Position p is real when "
-                "p < length (positions count from 0).",
+                "One position too many (or too few) is marked real. Positions count from 0, "
+                "so a sequence of length L has its real tokens at positions 0 to L − 1: "
+                "position p is real when p is strictly less than L.",
                 (_pad_build(offset=1), _pad_build(offset=-1)),
                 {"offset": 1},
+                question="How many True entries does your row have for a sequence of length "
+                "3, and at which positions? What is the last real position of a sequence of "
+                "length 3?",
             ),
             Misconception(
                 "mask-not-boolean",
-                "The mask is numbers, not booleans: a 0/1 mask is easily added to or "
-                "multiplied into the scores, which does not block. Return dtype bool "
-                "(True = real token): np.arange(seq_k) < lengths[:, None] is already boolean.",
+                "The mask is numbers, not booleans: a 0/1 mask is easily added to the scores "
+                "or multiplied into them, and neither blocks anything. Return the boolean "
+                "dtype (True = real token); a comparison of positions with lengths is boolean "
+                "already.",
                 (_pad_build(dtype="int"),),
                 {"dtype": "int"},
+                question="What dtype does your mask have? What would adding it to the scores "
+                "do to a pad key?",
             ),
         ),
     )

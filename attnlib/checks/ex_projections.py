@@ -1,15 +1,22 @@
 """Exercises on learned projections (lesson 02): ``project`` and ``linear_forward``.
 
-Inputs are numpy float64 arrays. Shapes are non-square (seq ≠ d_model ≠ d_k ≠ d_v) so that a
-wrong transpose cannot pass by accident. A few cases make one pair of sizes equal on purpose
-(seq == d_k == d_v; in_features == out_features; seq == in_features) so that a classic
-mistake *runs* there and its output can be recognised, instead of only raising a shape error.
+* ``project(x, W_qkv, d_k) -> (q, k, v)`` — W_qkv holds W_q, W_k and W_v side by side (in
+  that order), as models that fuse the three projections store them; only d_k is given, so
+  the learner works out where the blocks start and how wide the values are.
+* ``linear_forward(x, weight, bias=None)`` — what ``nn.Linear`` computes, for its stored
+  (out_features, in_features) weight.
 
-Diagnosis by inference (:mod:`attnlib.checks._core`): both exercises are probed with square
-(4, 4) inputs, on which every classic mistake runs, and each output is identified as one
-product of the inputs — which matrix, multiplied from which side. For ``linear_forward``
-the bias is measured on its own (bias 0, a random bias, ``None``), so a wrong orientation
-and a wrong bias are named as two mistakes.
+Inputs are numpy float64 arrays. Shapes are non-square so that a wrong transpose cannot pass
+by accident; project's cases have d_v ≠ d_k (an equal split would pass otherwise), some with
+2·d_k + d_v divisible by 3 (so three equal blocks *run*) and some with d_v > d_k (so blocks
+all d_k wide lose columns). linear_forward has a square weight (where a missing transpose
+runs) and ``bias=None``.
+
+Diagnosis by inference (:mod:`attnlib.checks._core`): project's outputs are located as
+column ranges of x @ W_qkv (which block, how wide, in which order); linear_forward is probed
+with square (4, 4) inputs, on which every orientation runs, and the bias is measured on its
+own (bias 0, a random bias, ``None``), so a wrong orientation and a wrong bias are named as
+two mistakes.
 """
 
 from __future__ import annotations
@@ -23,125 +30,127 @@ from attnlib.projections import linear as _linear
 from attnlib.projections import project as _project
 
 # ----------------------------------------------------------------------------------------
-# project(x, W_q, W_k, W_v) -> (q, k, v) with q = x @ W_q, k = x @ W_k, v = x @ W_v
+# project(x, W_qkv, d_k) -> (q, k, v): one fused matrix [W_q | W_k | W_v], split by the learner
 # ----------------------------------------------------------------------------------------
 
 
-def _project_cases() -> list[Case]:
-    return normal_cases(
-        202602,
-        ("seq=5, d_model=6, d_k=4, d_v=3", (5, 6), (6, 4), (6, 4), (6, 3)),
-        ("batch=2, seq=3, d_model=7, d_k=2, d_v=5", (2, 3, 7), (7, 2), (7, 2), (7, 5)),
-        ("seq=4, d_model=6, d_k=d_v=4 (seq == d_k, so W @ x runs)", (4, 6), (6, 4), (6, 4), (6, 4)),
-        ("one token: seq=1, d_model=3, d_k=5, d_v=2", (1, 3), (3, 5), (3, 5), (3, 2)),
+def _fused_case(rng, label, x_shape, d_k, d_v):
+    d_model = x_shape[-1]
+    return Case(
+        label, (rng.standard_normal(x_shape), rng.standard_normal((d_model, 2 * d_k + d_v)), d_k)
     )
+
+
+def _project_cases() -> list[Case]:
+    rng = np.random.default_rng(202602)
+    return [
+        _fused_case(rng, "seq=4, d_model=6, d_k=2, d_v=5 (W_qkv has 9 columns)", (4, 6), 2, 5),
+        _fused_case(rng, "batch=2, seq=3, d_model=7, d_k=4, d_v=1", (2, 3, 7), 4, 1),
+        _fused_case(rng, "seq=5, d_model=4, d_k=3, d_v=6 (v wider than q and k)", (5, 4), 3, 6),
+        _fused_case(rng, "one token: seq=1, d_model=4, d_k=1, d_v=4", (1, 4), 1, 4),
+    ]
 
 
 def _project_hidden_cases() -> list[Case]:
-    return normal_cases(
-        912,
-        (
-            "batch=2, n_heads=3, seq=4, d_model=5, d_k=3, d_v=6",
-            (2, 3, 4, 5),
-            (5, 3),
-            (5, 3),
-            (5, 6),
+    rng = np.random.default_rng(912)
+    return [
+        _fused_case(
+            rng, "hidden: batch=2, n_heads=3, seq=4, d_model=5, d_k=3, d_v=6", (2, 3, 4, 5), 3, 6
         ),
-        ("seq=7, d_model=2, d_k=9, d_v=1", (7, 2), (2, 9), (2, 9), (2, 1)),
-    )
+        _fused_case(rng, "hidden: seq=7, d_model=2, d_k=5, d_v=2", (7, 2), 5, 2),
+        _fused_case(rng, "hidden: seq=3, d_model=8, d_k=2, d_v=8", (3, 8), 2, 8),
+    ]
 
 
-def _pj_swap_qk(x, W_q, W_k, W_v):
-    return x @ W_k, x @ W_q, x @ W_v
+def _project_reference(x, W_qkv, d_k):
+    blocks = W_qkv[:, :d_k], W_qkv[:, d_k : 2 * d_k], W_qkv[:, 2 * d_k :]
+    return _project(x, *blocks)
 
 
-def _pj_swap_kv(x, W_q, W_k, W_v):
-    return x @ W_q, x @ W_v, x @ W_k
+_ROLES = ("q", "k", "v")
 
 
-def _pj_left(x, W_q, W_k, W_v):
-    return W_q @ x, W_k @ x, W_v @ x
-
-
-def _pj_columns(x, W_q, W_k, W_v):
-    xt = np.swapaxes(x, -1, -2)
-    return W_q.T @ xt, W_k.T @ xt, W_v.T @ xt
-
-
-def _pj_one_matrix(x, W_q, W_k, W_v):
-    q = x @ W_q
-    return q, q, q
-
-
-def _pj_build(*, order="qkv", side="right"):
+def _pj_build(*, order="qkv", widths="roles"):
     """project with the given choices; the defaults give the correct function.
 
-    ``order``: which matrix makes (q, k, v) — "qkv", "kqv", "qvk" or "one" (W_q for all);
-    ``side``: "right" (x @ W), "left" (W @ x) or "columns" (Wᵀ @ xᵀ).
+    ``order``: the roles of W_qkv's three column blocks, left to right ("qkv", "kqv",
+    "qvk"); ``widths``: "roles" (d_k, d_k and the rest for v), "thirds" (three equal
+    blocks) or "all_d_k" (every block d_k wide).
     """
 
-    def fn(x, W_q, W_k, W_v):
-        mats = {
-            "qkv": (W_q, W_k, W_v),
-            "kqv": (W_k, W_q, W_v),
-            "qvk": (W_q, W_v, W_k),
-            "one": (W_q, W_q, W_q),
-        }[order]
-        if side == "left":
-            return tuple(W @ x for W in mats)
-        if side == "columns":
-            xt = np.swapaxes(x, -1, -2)
-            return tuple(np.swapaxes(W, -1, -2) @ xt for W in mats)
-        return tuple(x @ W for W in mats)
+    def fn(x, W_qkv, d_k):
+        y = x @ W_qkv  # (..., seq, 2 d_k + d_v)
+        total = y.shape[-1]
+        d_v = total - 2 * d_k
+        if widths == "thirds":
+            w = [total // 3] * 3
+        elif widths == "all_d_k":
+            w = [d_k] * 3
+        else:
+            w = [d_v if role == "v" else d_k for role in order]
+        starts = [0, w[0], w[0] + w[1]]
+        got = {role: y[..., a : a + n] for role, a, n in zip(order, starts, w, strict=True)}
+        return got["q"], got["k"], got["v"]
 
     return fn
 
 
 _PJ_RNG = np.random.default_rng(20260)
-_PJ_X = _PJ_RNG.standard_normal((4, 4))  # square: every orientation runs
-_PJ_W = {name: _PJ_RNG.standard_normal((4, 4)) for name in ("W_q", "W_k", "W_v")}
+_PJ_D_K, _PJ_D_V = 2, 5  # 9 columns: thirds of 3, none equal to d_k or d_v
+_PJ_X = _PJ_RNG.standard_normal((5, 6))
+_PJ_W = _PJ_RNG.standard_normal((6, 2 * _PJ_D_K + _PJ_D_V))
 
 
-def _product_of(y, x, mats: dict, eps: float):
-    """Which (matrix name, side) makes y from x: x @ M, M @ x or Mᵀ @ xᵀ; None if none does."""
+def _slice_of(a, y, eps: float):
+    """(start, stop) such that a equals y[..., start:stop]; None if no column range does."""
+    if a is None or a.ndim != y.ndim or a.shape[:-1] != y.shape[:-1]:
+        return None
+    n = a.shape[-1]
     rel, abs_ = tolerances(eps)
-    for name, M in mats.items():
-        for side, value in (("right", x @ M), ("left", M @ x), ("columns", M.T @ x.T)):
-            if close(y, value, rel, abs_):
-                return name, side
+    for start in range(y.shape[-1] - n + 1):
+        if n and close(a, y[..., start : start + n], rel, abs_):
+            return start, start + n
     return None
 
 
 def _infer_project(learner) -> list[Finding]:
-    o = learner(_PJ_X.copy(), *(W.copy() for W in _PJ_W.values()))
-    if not o.ok or o.arity != 3 or any(o.array(i) is None for i in range(3)):
+    o = learner(_PJ_X.copy(), _PJ_W.copy(), _PJ_D_K)
+    if not o.ok or o.arity != 3:
         return []
-    made = [_product_of(o.array(i), _PJ_X, _PJ_W, o.eps) for i in range(3)]
-    if any(m is None for m in made) or any(o.array(i).shape != (4, 4) for i in range(3)):
+    y = _PJ_X @ _PJ_W
+    got = [_slice_of(o.array(i), y, o.eps) for i in range(3)]
+    if any(g is None for g in got):
         return []
+    blocks = sorted(zip(got, _ROLES, strict=True))  # by start column
+    starts = [g[0] for g, _ in blocks]
+    stops = [g[1] for g, _ in blocks]
+    if starts != [0, stops[0], stops[1]]:
+        return []  # not three blocks side by side from the first column
+    order = "".join(role for _, role in blocks)
+    width = [b - a for a, b in (g for g, _ in blocks)]
+    total = y.shape[-1]
+    shown = ", ".join(
+        f"{role} = columns {a} to {b - 1}" for (a, b), role in zip(got, _ROLES, strict=True)
+    )
+    where = f"with d_k = {_PJ_D_K} and a W_qkv of {total} columns, your {shown}"
     found = []
-    names = tuple(m[0] for m in made)
-    if len(set(names)) == 1:
+    if width == [total // 3] * 3:
+        found.append(Finding("split-in-thirds", f"{where}: three blocks of {total // 3} columns."))
+    elif width == [_PJ_D_K] * 3:
         found.append(
             Finding(
-                "one-matrix-for-all",
-                f"on square (4, 4) inputs, q, k and v all come out as products with {names[0]}.",
+                "v-width-d-k",
+                f"{where}: v is {_PJ_D_K} columns wide, and the last {total - 3 * _PJ_D_K} "
+                "columns of W_qkv are never used.",
             )
         )
-    elif names != ("W_q", "W_k", "W_v"):
+    elif width != [_PJ_D_V if role == "v" else _PJ_D_K for role in order]:
+        return []
+    if order != "qkv":
         found.append(
             Finding(
                 "projections-swapped",
-                f"on square (4, 4) inputs your (q, k, v) are made with ({', '.join(names)}).",
-            )
-        )
-    sides = {"right": "x @ W", "left": "W @ x", "columns": "Wᵀ @ xᵀ"}
-    wrong = sorted({sides[m[1]] for m in made if m[1] != "right"})
-    if wrong:
-        found.append(
-            Finding(
-                "wrong-side-multiplication",
-                f"on square (4, 4) inputs your outputs equal {' and '.join(wrong)}, not x @ W.",
+                f"{where}: from left to right your blocks are {', '.join(order)}.",
             )
         )
     return found
@@ -150,36 +159,50 @@ def _infer_project(learner) -> list[Finding]:
 register(
     Exercise(
         name="project",
-        summary="project(x, W_q, W_k, W_v) -> (q, k, v): three projections of one input",
-        reference=lambda x, W_q, W_k, W_v: _project(x, W_q, W_k, W_v),
+        summary="project(x, W_qkv, d_k) -> (q, k, v): three projections from one fused matrix",
+        reference=_project_reference,
         make_cases=_project_cases,
         make_hidden_cases=_project_hidden_cases,
         forbidden=("attnlib.projections.project", "attnlib.projections.linear"),
         infer=_infer_project,
         build=_pj_build,
+        exclusive=(
+            # every block d_k wide in the order q, v, k leaves v where k belongs: one mistake
+            # in the widths reads as the order's too, and the other way round
+            frozenset({"v-width-d-k", "projections-swapped"}),
+        ),
         misconceptions=(
             Misconception(
                 "projections-swapped",
-                "The outputs come back in the wrong order or through the wrong matrix (for "
-                "example k where q is expected). Return (x @ W_q, x @ W_k, x @ W_v), in that "
-                "order.",
-                (_pj_swap_qk, _pj_swap_kv),
+                "The blocks of W_qkv are given the wrong roles. Its columns hold W_q first, "
+                "then W_k, then W_v; the product with x keeps that order, so q comes from the "
+                "first d_k columns, k from the next d_k and v from all the rest.",
+                (_pj_build(order="kqv"), _pj_build(order="qvk")),
                 {"order": "kqv"},
+                question="Which columns of the product of x and W_qkv did you return as q, "
+                "as k and as v? In which order does the exercise say W_qkv holds the three "
+                "matrices?",
             ),
             Misconception(
-                "wrong-side-multiplication",
-                "The matrix multiplies from the left (W @ x, or Wᵀ @ xᵀ, which gives the result "
-                "transposed). Here x holds one token per row, shape (seq, d_model), and W is "
-                "(d_model, d_k): multiply from the right, x @ W, to get (seq, d_k).",
-                (_pj_left, _pj_columns),
-                {"side": "left"},
+                "split-in-thirds",
+                "W_qkv is cut into three equal blocks. Only queries and keys must have the "
+                "same width (they meet in a dot product); the values may be wider or "
+                "narrower, so the third block is whatever is left after 2 d_k columns.",
+                (_pj_build(widths="thirds"),),
+                {"widths": "thirds"},
+                question="How wide are your q, k and v, and how wide should q and k be? Must "
+                "the values have the same width as the queries?",
             ),
             Misconception(
-                "one-matrix-for-all",
-                "The same matrix makes the query, the key and the value. Each role has its own "
-                "learned matrix: q uses W_q, k uses W_k, v uses W_v.",
-                (_pj_one_matrix,),
-                {"order": "one"},
+                "v-width-d-k",
+                "Every block is taken d_k columns wide, so the values lose the columns past "
+                "3 d_k (and narrower values would come out fine, which hides it). The width "
+                "of the values is not given: it is what W_qkv has left after q and k, its "
+                "number of columns minus 2 d_k.",
+                (_pj_build(widths="all_d_k"),),
+                {"widths": "all_d_k"},
+                question="How many columns does W_qkv have, and how many of them does your "
+                "function use? How wide must v be for every column to be used?",
             ),
         ),
     )
@@ -240,22 +263,28 @@ def _lin_bias_subtracted(x, weight, bias=None):
     return x @ np.swapaxes(weight, -1, -2) - (0.0 if bias is None else bias)
 
 
+def _lin_bias_before(x, weight, bias=None):
+    return (x if bias is None else x + bias) @ np.swapaxes(weight, -1, -2)
+
+
 def _lin_build(*, orient="right", bias_mode="add"):
     """linear_forward with the given choices; the defaults give the correct function.
 
     ``orient``: "right" (x @ weightᵀ), "as_stored" (x @ weight) or "left" (weight @ xᵀ, one
-    token per column); ``bias_mode``: "add", "missing", "subtract" or "none_fails" (added
-    without checking for None).
+    token per column); ``bias_mode``: "add", "missing", "subtract", "none_fails" (added
+    without checking for None) or "before" (added to x before the product).
     """
 
     def fn(x, weight, bias=None):
+        if bias_mode == "before" and bias is not None:
+            x = x + bias
         if orient == "as_stored":
             y = x @ weight
         elif orient == "left":
             y = weight @ np.swapaxes(x, -1, -2)  # (out_features, seq)
         else:
             y = x @ np.swapaxes(weight, -1, -2)
-        if bias_mode == "missing" or (bias is None and bias_mode != "none_fails"):
+        if bias_mode in ("missing", "before") or (bias is None and bias_mode != "none_fails"):
             return y
         b = bias[:, None] if orient == "left" else bias
         return y - b if bias_mode == "subtract" else y + b
@@ -290,8 +319,7 @@ def _infer_linear(learner) -> list[Finding]:
         found.append(
             Finding(
                 "weight-not-transposed",
-                "with bias 0 and a square (4, 4) weight, your output equals x @ weight: the "
-                "weight was used as stored, (out_features, in_features).",
+                "with bias 0 and a square (4, 4) weight, your output equals x @ weight.",
             )
         )
     elif made.startswith("weight @"):
@@ -320,6 +348,17 @@ def _infer_linear(learner) -> list[Finding]:
                     f"a bias b (b[0] = {fmt(float(b[0]))}) moves your output by −b.",
                 )
             )
+        elif not any(close(d, a, rel, abs_) for a in added) and any(
+            close(d, np.broadcast_to(through, (4, 4)), rel, abs_)
+            for through in (b @ w.T, b @ w, (w @ b)[:, None], (w @ b)[None, :])
+        ):
+            found.append(
+                Finding(
+                    "bias-before-product",
+                    f"a bias b (b[0] = {fmt(float(b[0]))}) does not move your output by b: "
+                    "it moves it by b multiplied by the weight.",
+                )
+            )
     o2 = learner(x.copy(), w.copy(), None)
     if not o2.ok:
         found.append(
@@ -344,37 +383,62 @@ register(
         misconceptions=(
             Misconception(
                 "weight-not-transposed",
-                "weight is used as stored. nn.Linear keeps weight as (out_features, "
-                "in_features), one row per output feature, and computes x @ weight.T + bias.",
+                "The weight is used as it is stored. nn.Linear keeps it as (out_features, "
+                "in_features), one row per output feature, which is the transpose of the "
+                "matrix that multiplies x from the right; a square weight hides this, because "
+                "the product then runs with the wrong numbers.",
                 (_lin_not_transposed,),
                 {"orient": "as_stored"},
+                question="Your function runs on a square weight but disagrees with "
+                "nn.Linear there. What shape is weight, which of its sizes is in_features, "
+                "and which size of weight must line up with the last axis of x?",
             ),
             Misconception(
                 "bias-missing",
-                "The bias is never added. nn.Linear computes x @ weight.T + bias (when bias is "
-                "not None).",
+                "The bias is never added. nn.Linear adds its bias vector to every output row "
+                "after the product (when the layer has one).",
                 (_lin_no_bias,),
                 {"bias_mode": "missing"},
+                question="Call your function twice with the same x and weight and two "
+                "different biases: does the output change? What should a bias do to it?",
             ),
             Misconception(
                 "wrong-side-multiplication",
-                "weight multiplies from the left (weight @ xᵀ), which puts one token per column. "
-                "Keep one token per row: x @ weight.T, shape (..., seq, out_features).",
+                "The weight multiplies from the left, which puts one token per column. The "
+                "course keeps one token per row, so the result must have shape (..., seq, "
+                "out_features), with x on the left of the product.",
                 (_lin_left, _lin_left_literal),
                 {"orient": "left"},
+                question="What shape is your output, and does each row still belong to one "
+                "token? Which factor of your product stands on the left?",
             ),
             Misconception(
                 "bias-none-not-handled",
-                "bias=None (a layer without bias, nn.Linear(..., bias=False)) fails. Add the "
-                "bias only when it is not None.",
+                "A layer built without a bias passes None, and your function still adds it, "
+                "which fails. The bias is added only when there is one.",
                 (_lin_bias_none_fails,),
                 {"bias_mode": "none_fails"},
+                question="What does a layer built without a bias hand your function as bias, "
+                "and what happens when your code adds that?",
             ),
             Misconception(
                 "bias-subtracted",
-                "The bias is subtracted. nn.Linear adds it: x @ weight.T + bias.",
+                "The bias is subtracted. nn.Linear adds it after the product.",
                 (_lin_bias_subtracted,),
                 {"bias_mode": "subtract"},
+                question="Raise every entry of the bias by 1: in which direction does your "
+                "output move, and in which does a layer's output move?",
+            ),
+            Misconception(
+                "bias-before-product",
+                "The bias is added to the input before the product, so it passes through the "
+                "weight as well (and the sizes only fit when in_features equals "
+                "out_features). nn.Linear adds the bias to the output, after the product: "
+                "raising the bias by b raises every output row by exactly b.",
+                (_lin_bias_before,),
+                {"bias_mode": "before"},
+                question="Raise every entry of the bias by 1: does every entry of your output "
+                "rise by exactly 1? Where in your computation does the bias enter?",
             ),
         ),
     )

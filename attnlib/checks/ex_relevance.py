@@ -225,41 +225,57 @@ register(
         misconceptions=(
             Misconception(
                 "cosine-not-dot",
-                "The vectors are normalised to length 1 first, which gives cosine similarity. "
-                "Attention uses the plain dot product: a longer key gets a larger score. "
-                "Drop the division by the norms.",
+                "The query and the keys are scaled to length 1 before they are compared, "
+                "which gives cosine similarity: it keeps only the angle. Attention uses the "
+                "plain dot product, in which a longer key gets a larger score; that length is "
+                "information the model can use.",
                 (_rel_cosine,),
                 {"pairing": "cosine"},
+                question="Make one key twice as long (same direction) and call your function "
+                "again: does that key's score change? What should a dot product do when one "
+                "vector doubles?",
             ),
             Misconception(
                 "elementwise-not-summed",
-                "You return the products feature by feature, shape (seq_k, d_k). A dot "
-                "product adds them up: sum over the last axis (axis=-1), or use keys @ query.",
+                "You return the feature-by-feature products, one row of d_k numbers per key. "
+                "A dot product multiplies the features pair by pair and then adds them up, so "
+                "each key gets one number.",
                 (_rel_elementwise,),
                 {"pairing": "elementwise"},
+                question="What shape is your result, and what shape should one score per key "
+                "have? What is left to do with the products of one key?",
             ),
             Misconception(
                 "summed-over-wrong-axis",
-                "The products are added over the wrong axis: over the keys (giving one number "
-                "per feature) or over everything (one number in all). Each key gets its own "
-                "score: sum over the feature axis only, (keys * query).sum(axis=-1).",
+                "The products are added up over the wrong axis: over the keys (one number per "
+                "feature) or over everything (one number in all). Each key needs its own sum, "
+                "taken over the features only.",
                 (_rel_sum_axis0, _rel_sum_all),
                 {"pairing": "sum_keys"},
+                question="How many numbers does your result hold, and how many keys are "
+                "there? Over which axis of the products did you add?",
             ),
             Misconception(
                 "keys-not-transposed",
-                "query @ keys multiplies the query with the columns of keys (one feature "
-                "across all keys), not with its rows (one key each). keys has shape "
-                "(seq_k, d_k): use keys @ query, or query @ keys.T.",
+                "The query is multiplied with the columns of the keys (one feature across all "
+                "keys) instead of its rows (one key each). The keys are stored one key per "
+                "row, so each score must pair the query with a row; the product only runs at "
+                "all when there are as many keys as features.",
                 (_rel_not_transposed,),
                 {"pairing": "not_transposed"},
+                question="Your function runs only when seq_k equals d_k. Write out the first "
+                "score by hand: which numbers of the keys array does your product pair with "
+                "the query, a row or a column?",
             ),
             Misconception(
                 "scaled-too-early",
-                "The scores are divided by √d_k. That scaling is part of attention (lesson "
-                "04), but this exercise asks for the plain dot products: drop the division.",
+                "The scores are divided by the square root of d_k. That scaling belongs to "
+                "attention (lesson 04), but this exercise asks for the plain dot products, "
+                "unscaled.",
                 (_rel_scaled,),
                 {"scale": "sqrt"},
+                question="Divide your scores by the plain dot products: what single factor "
+                "is left, and does the exercise ask for one?",
             ),
         ),
     )
@@ -323,6 +339,10 @@ def _mat_not_transposed(Q, K):
     return Q @ K  # runs only when seq_k == d_k
 
 
+def _mat_paired(Q, K):
+    return (Q * K).sum(axis=-1)  # (seq,): query i with key i only; runs when seq_q == seq_k
+
+
 def _mat_scaled(Q, K):
     return Q @ K.T / np.sqrt(Q.shape[-1])
 
@@ -337,7 +357,10 @@ def _matrix_build(*, pairing="dot", layout="rows", scale=None):
             "elementwise": lambda: _mat_elementwise(Q, K),
             "sum_keys": lambda: _mat_sum_keys(Q, K),
             "not_transposed": lambda: Q @ K,
+            "paired": lambda: _mat_paired(Q, K),
         }[pairing]()
+        if layout == "transposed" and y.ndim < 2:
+            return y
         if layout == "transposed":
             y = np.swapaxes(y, -1, -2)
         return y / np.sqrt(Q.shape[-1]) if scale == "sqrt" else y
@@ -345,15 +368,51 @@ def _matrix_build(*, pairing="dot", layout="rows", scale=None):
     return fn
 
 
+_PROBE_Q_SAME = _PROBE.standard_normal((4, 4))  # seq_q == seq_k == 4
+
+
 def _infer_matrix(learner) -> list[Finding]:
     o = learner(_PROBE_Q.copy(), _PROBE_K.copy())
     y = o.array(0) if o.ok and o.arity == 1 else None
-    if y is None or y.dtype == bool:
+    if y is None:
+        return _infer_paired(learner)
+    if y.dtype == bool:
         return []
     cands = _pairings(_PROBE_Q, _PROBE_K)
     explained = _explain(np.asarray(y), cands, 4)
     where = "Q (3, 4) and K (4, 4)"
     return _findings(explained, 4, where=where, transposed_id="scores-transposed")
+
+
+def _infer_paired(learner) -> list[Finding]:
+    """A function that raises on 3 queries and 4 keys but runs on 4 and 4: does it pair
+    query i with key i only (one number per position)?"""
+    Q, K = _PROBE_Q_SAME, _PROBE_K
+    o = learner(Q.copy(), K.copy())
+    y = o.array(0) if o.ok and o.arity == 1 else None
+    if y is None or y.dtype == bool or y.shape != (4,):
+        return []
+    explained = _explain(np.asarray(y), {"paired": (Q * K).sum(axis=-1)}, 4)
+    if explained is None:
+        return []
+    found = [
+        Finding(
+            "paired-by-position",
+            "with 3 queries and 4 keys your function raises; with 4 queries and 4 keys it "
+            "returns 4 numbers, query i's dot product with key i for each i.",
+        )
+    ]
+    if abs(explained[2] - 4**-0.5) < 1e-6:
+        found.append(
+            Finding(
+                "scaled-too-early",
+                f"with 4 queries and 4 keys your numbers are {fmt(explained[2])} = 1/√4 "
+                "times the dot products.",
+            )
+        )
+    elif abs(explained[2] - 1.0) > 1e-6:
+        return []
+    return found
 
 
 register(
@@ -374,52 +433,80 @@ register(
             frozenset({"summed-over-wrong-axis", "scores-transposed"}),
             # (Q @ K)ᵀ = Kᵀ @ Qᵀ: no longer reads as one mistake in the pairing of rows
             frozenset({"keys-not-transposed", "scores-transposed"}),
+            # one number per position: no (seq_k, seq_q) layout to get wrong
+            frozenset({"paired-by-position", "scores-transposed"}),
         ),
         misconceptions=(
             Misconception(
                 "cosine-not-dot",
-                "The rows of Q and K are normalised to length 1 first, which gives cosine "
-                "similarity. Attention uses the plain dot product: drop the division by the "
-                "norms.",
+                "The rows of Q and K are scaled to length 1 before they are compared, which "
+                "gives cosine similarity: only the angles count. Attention uses the plain dot "
+                "product, in which a longer key gets larger scores.",
                 (_mat_cosine,),
                 {"pairing": "cosine"},
+                question="Double one key (same direction) and call your function again: does "
+                "that key's column of scores change? What should a dot product do?",
             ),
             Misconception(
                 "elementwise-not-summed",
-                "You return every product of every feature, shape (seq_q, seq_k, d_k). Each "
-                "score is the sum of those products over the feature axis: add .sum(axis=-1), "
-                "or simply use Q @ K.T.",
+                "You return every product of every feature, one number per query, key and "
+                "feature. Each score is the sum of a query's and a key's products over the "
+                "features: one number per query and key.",
                 (_mat_elementwise,),
                 {"pairing": "elementwise"},
+                question="How many axes does your result have, and how many should a table "
+                "of queries against keys have? What is left to do with the products?",
             ),
             Misconception(
                 "summed-over-wrong-axis",
-                "The products are added over a position axis (keys or queries) instead of the "
-                "feature axis d_k. Score [i, j] sums q_i[f] * k_j[f] over the features f only.",
+                "The products are added over a position axis (the keys or the queries) "
+                "instead of the features. Score [i, j] adds up query i's and key j's products "
+                "over the features only.",
                 (_mat_sum_keys, _mat_sum_queries),
                 {"pairing": "sum_keys"},
+                question="What shape is your result, and which sizes of the inputs does it "
+                "carry? Over which axis did you add the products?",
             ),
             Misconception(
                 "scores-transposed",
-                "The result is transposed: shape (seq_k, seq_q). Rows are queries and columns "
-                "are keys, so the score matrix is Q @ K.T with shape (seq_q, seq_k), not "
-                "K @ Q.T.",
+                "The table is the wrong way round: one row per key and one column per query. "
+                "In this course rows are queries and columns are keys, so the result has "
+                "shape (seq_q, seq_k).",
                 (_mat_transposed,),
                 {"layout": "transposed"},
+                question="What shape is your result, and which of its sizes is the number of "
+                "queries? Is row i of your table query i?",
             ),
             Misconception(
                 "keys-not-transposed",
-                "K is not transposed: Q @ K pairs the features of a query with one feature of "
-                "every key (it only runs when seq_k == d_k). Compare rows with rows: Q @ K.T.",
+                "The features of each query are paired with the columns of K (one feature of "
+                "every key) instead of its rows (one key each). Every score compares a row of "
+                "Q with a row of K; the product you wrote only runs when seq_k equals d_k.",
                 (_mat_not_transposed,),
                 {"pairing": "not_transposed"},
+                question="Your function runs only when seq_k equals d_k. Write score [0, 0] "
+                "out by hand: which numbers of K does it pair with query 0, a row or a "
+                "column?",
+            ),
+            Misconception(
+                "paired-by-position",
+                "Each query is compared with the key at its own position only, which gives one "
+                "number per position and only runs when there are as many queries as keys. "
+                "The score matrix compares every query with every key: seq_q times seq_k "
+                "numbers.",
+                (_mat_paired,),
+                {"pairing": "paired"},
+                question="How many numbers does your result hold, and how many pairs of a "
+                "query and a key are there? Is query 0 ever compared with key 1?",
             ),
             Misconception(
                 "scaled-too-early",
-                "The scores are divided by √d_k. Attention does that (lesson 04), but this "
-                "exercise asks for the raw dot products Q @ K.T: drop the division.",
+                "The scores are divided by the square root of d_k. Attention does that "
+                "(lesson 04), but this exercise asks for the raw dot products.",
                 (_mat_scaled,),
                 {"scale": "sqrt"},
+                question="Divide your scores by the plain dot products: what single factor "
+                "is left, and does the exercise ask for one?",
             ),
         ),
     )

@@ -68,17 +68,19 @@ def _variance_hidden_cases() -> list[Case]:
     ]
 
 
-def _variance_build(*, width="d", scale_power=2, combine="multiply"):
+def _variance_build(*, width="d", scale_power=2, combine="multiply", returns="variance"):
     """score_variance with the given choices; the defaults give the correct function.
 
     ``width``: "d" (d_k), "sqrt" (√d_k) or "none"; ``scale_power``: 2 or 1; ``combine``:
-    "multiply" (var_q · var_k) or "add" (var_q + var_k).
+    "multiply" (var_q · var_k) or "add" (var_q + var_k); ``returns``: "variance" or "std"
+    (the square root of the whole result: the standard deviation).
     """
 
     def fn(d_k, scale=1.0, var_q=1.0, var_k=1.0):
         w = {"d": d_k, "sqrt": math.sqrt(d_k), "none": 1.0}[width]
         v = var_q * var_k if combine == "multiply" else var_q + var_k
-        return float(w * v * scale**scale_power)
+        result = float(w * v * scale**scale_power)
+        return math.sqrt(result) if returns == "std" else result
 
     return fn
 
@@ -111,6 +113,20 @@ def _infer_variance(learner) -> list[Finding]:
     if any(r is None for r in ratios):
         return []
     r_width, r_scale, r_var = (r / base for r in ratios)
+    if near(r_width, 2.0) and near(r_scale, 3.0) and near(r_var, math.sqrt(6.0)):
+        std = _variance_build(returns="std")
+        if all(
+            near(value(a, scale=s_, var_q=q, var_k=k), std(a, s_, q, k))
+            for a, s_, q, k in ((9, 0.5, 2.0, 3.0), (100, 2.0, 0.5, 4.0))
+        ):
+            return [
+                Finding(
+                    "std-not-variance",
+                    "going from d_k = 16 to 64 multiplies your result by 2, scale = 3 by 3, "
+                    "and var_q = 2, var_k = 3 by 2.449 (= √6): every factor enters under a "
+                    "square root.",
+                )
+            ]
     width = next(
         (w for w, r in (("d", 4.0), ("sqrt", 2.0), ("none", 1.0)) if near(r_width, r)), None
     )
@@ -134,7 +150,7 @@ def _infer_variance(learner) -> list[Finding]:
         found.append(
             Finding(
                 "variance-is-one",
-                "going from d_k = 16 to 64 leaves your result unchanged: d_k is missing.",
+                "going from d_k = 16 to 64 leaves your result unchanged.",
             )
         )
     if power == 1:
@@ -164,38 +180,84 @@ register(
         forbidden=("attnlib.tasks.scaling.predicted_score_variance",),
         infer=_infer_variance,
         build=_variance_build,
-        exclusive=(frozenset({"variance-is-sqrt-dk", "variance-is-one"}),),
+        exclusive=(
+            frozenset({"variance-is-sqrt-dk", "variance-is-one"}),
+            # the square root of a wrong variance: read as neither
+            *(
+                frozenset({"std-not-variance", other})
+                for other in (
+                    "variance-is-sqrt-dk",
+                    "variance-is-one",
+                    "scale-not-squared",
+                    "variances-added",
+                )
+            ),  # fmt: skip
+        ),
         misconceptions=(
             Misconception(
                 "variance-is-sqrt-dk",
-                "√d_k is the standard deviation of q·k, not its variance. The d_k products "
-                "q_i k_i are independent, so their variances add: Var = d_k · var_q · var_k.",
+                "The square root of d_k is the standard deviation of the dot product, not its "
+                "variance. The d_k products of the components are independent, so their "
+                "variances add up: the variance is d_k times the variance of one product.",
                 (
                     lambda d_k, scale=1.0, var_q=1.0, var_k=1.0: (
                         math.sqrt(d_k) * var_q * var_k * scale**2
                     ),
                 ),
                 {"width": "sqrt"},
+                question=(
+                    "Going from d_k = 16 to 64 multiplies your result by 2. By how much should "
+                    "four times as many independent terms multiply the variance of their sum?"
+                ),
             ),
             Misconception(
                 "variance-is-one",
                 "The width is missing: a sum of d_k independent products has d_k times the "
-                "variance of one product (that is exactly why the scores need scaling).",
+                "variance of one product, which is exactly why the scores need scaling.",
                 (lambda d_k, scale=1.0, var_q=1.0, var_k=1.0: var_q * var_k * scale**2,),
                 {"width": "none"},
+                question=(
+                    "Does your result change when d_k grows? How many products does one dot "
+                    "product add up, and what happens to the variance of a sum of independent "
+                    "terms?"
+                ),
             ),
             Misconception(
                 "scale-not-squared",
-                "Multiplying a random number by c multiplies its variance by c², not c.",
+                "Multiplying a random number by c multiplies its variance by c squared, not by "
+                "c: the variance is an average of squared deviations.",
                 (lambda d_k, scale=1.0, var_q=1.0, var_k=1.0: d_k * var_q * var_k * scale,),
                 {"scale_power": 1},
+                question=(
+                    "Scale = 3 multiplies your result by 3. If every score is three times "
+                    "larger, how much larger is each squared deviation from the mean?"
+                ),
             ),
             Misconception(
                 "variances-added",
-                "For independent zero-mean q_i and k_i, Var(q_i k_i) = E[q_i²] E[k_i²] = "
-                "var_q · var_k: the variances multiply, they do not add.",
+                "The variances of a query component and a key component are added, but their "
+                "product's variance is the product of the two: for independent zero-mean "
+                "numbers the expected square of a product is the product of the expected "
+                "squares.",
                 (lambda d_k, scale=1.0, var_q=1.0, var_k=1.0: d_k * (var_q + var_k) * scale**2,),
                 {"combine": "add"},
+                question=(
+                    "Your result for var_q = 2, var_k = 3 is 2.5 times that for 1 and 1. What "
+                    "is the expected square of a product of two independent zero-mean numbers, "
+                    "in terms of their variances?"
+                ),
+            ),
+            Misconception(
+                "std-not-variance",
+                "You return the standard deviation, the square root of the variance: every "
+                "factor enters under a square root. The exercise asks for the variance itself, "
+                "d_k times var_q times var_k times the scale squared.",
+                (_variance_build(returns="std"),),
+                {"returns": "std"},
+                question=(
+                    "Four times the width multiplies your result by 2 and three times the scale "
+                    "by 3. Is that how a variance grows, or how its square root grows?"
+                ),
             ),
         ),
     )
@@ -264,10 +326,13 @@ def _jac_one_row_only(p):
 def _jacobian_build(*, terms="both", batch="per_row"):
     """softmax_jacobian with the given choices; the defaults give the correct function.
 
-    ``terms``: "both" (diag(p) − p pᵀ), "diag" (diag(p) only), "outer" (−p pᵀ only) or
-    "flipped" (p pᵀ − diag(p)); ``batch``: "per_row", "mixed" (the outer product summed
+    ``terms``: "both" (diag(p) − p pᵀ), "diag" (diag(p) only), "outer" (−p pᵀ only),
+    "flipped" (p pᵀ − diag(p)) or "diagonal" (diag(p − p²): the diagonal alone);
+    ``batch``: "per_row", "mixed" (the outer product summed
     over the batch) or "one_row" (np.diag / np.outer, which only handle one 1-D row).
     """
+    if terms == "diagonal":  # each weight's own derivative p_i (1 - p_i), off-diagonals 0
+        return lambda p: np.diag(p - p * p) if batch == "one_row" else _diag_embed(p - p * p)
     a, b = {"both": (1, -1), "diag": (1, 0), "outer": (0, -1), "flipped": (-1, 1)}[terms]
 
     def fn(p):
@@ -302,6 +367,28 @@ def _infer_jacobian(learner) -> list[Finding]:
     J = o.array(0) if o.ok and o.arity == 1 else None
     if J is None or J.shape != (5, 5):
         return []
+    rel, abs_ = tolerances(o.eps)
+    if close(J, np.diag(_JAC_ROW - _JAC_ROW**2), rel, abs_):
+        found = [
+            Finding(
+                "jacobian-diagonal-only",
+                "for one row p, your matrix has p_i (1 − p_i) on its diagonal and 0 everywhere "
+                "else.",
+            )
+        ]
+        ob = learner(_JAC_BATCH.copy())
+        Jb = ob.array(0) if ob.ok and ob.arity == 1 else None
+        P = _JAC_BATCH
+        if Jb is None or not close(Jb, _diag_embed(P - P * P), *tolerances(ob.eps)):
+            what = ob.error()[:100] if not ob.ok else f"shape {None if Jb is None else Jb.shape}"
+            found.append(
+                Finding(
+                    "jacobian-one-row-only",
+                    f"right for one row, but for a batch of 3 rows of 5 weights you return: "
+                    f"{what}.",
+                )
+            )
+        return found
     ab = _fit_terms(J, _JAC_ROW, o.eps)
     terms = {
         (1.0, -1.0): None,
@@ -368,45 +455,83 @@ register(
         exclusive=(
             # without the outer product there is no outer product to mix across the batch
             frozenset({"jacobian-missing-outer", "jacobian-batch-mixed"}),
+            frozenset({"jacobian-diagonal-only", "jacobian-batch-mixed"}),
         ),
         misconceptions=(
             Misconception(
                 "jacobian-missing-outer",
-                "Only diag(p): that treats each weight as depending on its own score alone. "
-                "Every weight shares the normalising sum, so raising score j lowers every "
-                "other weight: subtract the outer product p pᵀ.",
+                "Only the diagonal term: that treats each weight as depending on its own score "
+                "alone. Every weight shares the normalising sum, so raising score j lowers "
+                "every other weight; the outer product of p with itself is subtracted "
+                "everywhere.",
                 (_diag_embed,),
                 {"terms": "diag"},
+                question=(
+                    "Your matrix is zero off the diagonal. If score j rises, what happens to "
+                    "the normalising sum, and so to every other weight?"
+                ),
             ),
             Misconception(
                 "jacobian-missing-diag",
-                "Only −p pᵀ: the δ_ij term is missing. ∂p_i/∂s_j = p_i (δ_ij − p_j), so the "
-                "diagonal carries an extra +p_i.",
+                "The Kronecker delta term is missing. The derivative of p_i by s_j is p_i times "
+                "(delta_ij minus p_j), so the diagonal carries an extra p_i.",
                 (lambda p: -_outer(p),),
                 {"terms": "outer"},
+                question=(
+                    "Your diagonal is negative. Raising a score raises its own weight: which "
+                    "term of the derivative makes the diagonal positive?"
+                ),
             ),
             Misconception(
                 "jacobian-sign",
-                "The sign is flipped: raising a score raises its own weight, so the diagonal "
-                "p_i (1 − p_i) must be positive. J = diag(p) − p pᵀ.",
+                "The sign is flipped. Raising a score raises its own weight, so the diagonal, "
+                "p_i times (1 minus p_i), is positive, and the off-diagonal entries are "
+                "negative.",
                 (lambda p: _outer(p) - _diag_embed(p),),
                 {"terms": "flipped"},
+                question=(
+                    "What sign do the diagonal entries of your matrix have? When score i rises, "
+                    "does weight i rise or fall?"
+                ),
+            ),
+            Misconception(
+                "jacobian-diagonal-only",
+                "Only the diagonal is filled, with each weight's derivative by its own score, "
+                "p_i times (1 minus p_i). The off-diagonal entries are not 0: raising score j "
+                "lowers weight i by p_i times p_j, because all the weights share one "
+                "normalising sum.",
+                (_jacobian_build(terms="diagonal"),),
+                {"terms": "diagonal"},
+                question=(
+                    "Your matrix is zero off the diagonal. When score j rises, does weight i "
+                    "(for i not j) stay where it is? What does the shared sum do?"
+                ),
             ),
             Misconception(
                 "jacobian-batch-mixed",
-                "The outer product is summed over the batch (p.T @ p), mixing different rows. "
-                "Each row has its own Jacobian: p[..., :, None] * p[..., None, :].",
+                "The outer product is summed over the batch, mixing different rows: every row's "
+                "matrix gets the others' products too. Each row of weights has its own "
+                "Jacobian, built from that row alone.",
                 (_jac_batch_mixed,),
                 {"batch": "mixed"},
+                question=(
+                    "For a batch of rows, does one row's matrix change when you change another "
+                    "row? Which axis did your outer product sum over?"
+                ),
             ),
             Misconception(
                 "jacobian-one-row-only",
-                "It works for one row but not for a batch: np.diag and np.outer only handle "
-                "1-D input (np.diag of a 2-D array extracts its diagonal). Build the pieces "
-                "with broadcasting: p[..., :, None] * np.eye(seq_k) and "
-                "p[..., :, None] * p[..., None, :].",
+                "It works for one row but not for a batch: the numpy helpers that build a "
+                "diagonal matrix and an outer product take a single 1-D row only (and the "
+                "diagonal helper extracts a diagonal from a 2-D input instead of building one). "
+                "Built with broadcasting over the last axis, the same formula works for any "
+                "number of leading axes.",
                 (_jac_one_row_only,),
                 {"batch": "one_row"},
+                question=(
+                    "Your function is right for one row. What shape does it return for a batch "
+                    "of 3 rows of 5, and what does each step you call do with a 2-D input?"
+                ),
             ),
         ),
     )
@@ -481,6 +606,10 @@ def _scale_worst_row(s, h):
     return _bisect(lambda c: _entropies(c, s).min() >= h)
 
 
+def _scale_summed(s, h):
+    return _bisect(lambda c: _entropies(c, s).sum() >= h)
+
+
 def _scale_mean_weights(s, h):
     def ok(c):
         p = _softmax(c * s).mean(axis=0)  # (seq_k,): one averaged row
@@ -493,7 +622,8 @@ def _choose_build(*, units="nats", aggregate="mean", returns="scale"):
     """choose_scale with the given choices; the defaults give the correct function.
 
     ``units``: "nats" or "bits"; ``aggregate``: "mean" (of the rows' entropies), "min" (the
-    worst row) or "of_mean" (the entropy of the averaged weights); ``returns``: "scale" or
+    worst row), "sum" (the rows' entropies added up) or "of_mean" (the entropy of the averaged
+    weights); ``returns``: "scale" or
     "temperature" (1/scale).
     """
     log = np.log2 if units == "bits" else np.log
@@ -502,6 +632,8 @@ def _choose_build(*, units="nats", aggregate="mean", returns="scale"):
         def ok(c):
             if aggregate == "min":
                 return _entropies(c, s, log).min() >= h
+            if aggregate == "sum":
+                return _entropies(c, s, log).sum() >= h
             if aggregate == "of_mean":
                 p = _softmax(c * s).mean(axis=0)  # (seq_k,)
                 return -(p * log(np.where(p > 0, p, 1.0))).sum() >= h
@@ -529,7 +661,7 @@ def _infer_choose(learner) -> list[Finding]:
         return []
     v = float(v)
     for units in ("nats", "bits"):
-        for aggregate in ("mean", "min", "of_mean"):
+        for aggregate in ("mean", "min", "sum", "of_mean"):
             c = _choose_build(units=units, aggregate=aggregate)(_CS_ROWS, _CS_BUDGET)
             for returns, value in (("scale", c), ("temperature", 1.0 / c)):
                 if math.isclose(v, value, rel_tol=1e-4):
@@ -546,6 +678,13 @@ def _choose_findings(units, aggregate, returns, v) -> list[Finding]:
         found.append(Finding("temperature-not-scale", f"{where}: one over the scale it allows."))
     if aggregate == "min":
         found.append(Finding("worst-row-entropy", f"{where}: what keeps every row above it."))
+    if aggregate == "sum":
+        found.append(
+            Finding(
+                "entropy-summed-over-rows",
+                f"{where}: what keeps the rows' entropies, added up, above it.",
+            )
+        )
     if aggregate == "of_mean":
         found.append(
             Finding(
@@ -570,32 +709,62 @@ register(
         misconceptions=(
             Misconception(
                 "entropy-in-bits",
-                "The entropy is measured in bits (log2). The threshold is in nats: use the "
-                "natural log, np.log.",
+                "The entropy is measured in bits, with the base-2 logarithm, while the budget "
+                "is in nats, which use the natural logarithm. The same weights measure log2(e), "
+                "about 1.44, times more in bits.",
                 (_scale_bits,),
                 {"units": "bits"},
+                question=(
+                    "In which unit is the budget given, and which logarithm measures entropy in "
+                    "that unit? Which one did you use?"
+                ),
             ),
             Misconception(
                 "temperature-not-scale",
-                "You returned a temperature T (scores divided by T) instead of the scale c "
-                "that multiplies them; c = 1/T.",
+                "You return a temperature, the number the scores are divided by, instead of the "
+                "scale that multiplies them: one is one over the other.",
                 (_scale_temperature,),
                 {"returns": "temperature"},
+                question=(
+                    "Does your function return a number that multiplies the scores or one that "
+                    "divides them? Which does the exercise ask for?"
+                ),
             ),
             Misconception(
                 "worst-row-entropy",
-                "You required every row to stay above the threshold (the minimum entropy). "
-                "The rule is about the mean entropy over the rows.",
+                "Every row is required to stay above the budget (the smallest entropy counts). "
+                "The rule is about the mean entropy over the rows, which allows a larger scale.",
                 (_scale_worst_row,),
                 {"aggregate": "min"},
+                question=(
+                    "Which rows' entropies does your condition look at: all of them on average, "
+                    "or the smallest one? What does the exercise's rule ask?"
+                ),
+            ),
+            Misconception(
+                "entropy-summed-over-rows",
+                "The rows' entropies are added up instead of averaged, so the condition grows "
+                "with the number of rows and allows far sharper weights. The budget is for the "
+                "mean entropy of one row.",
+                (_scale_summed,),
+                {"aggregate": "sum"},
+                question=(
+                    "Would your answer change if the same rows were repeated twice? Should it? "
+                    "How do you combine the rows' entropies?"
+                ),
             ),
             Misconception(
                 "entropy-of-mean-weights",
-                "You took the entropy of the averaged weights. Averaging rows first makes "
-                "peaked rows look spread out (they peak at different keys). Compute each row's "
-                "entropy, then average.",
+                "You took the entropy of the averaged weights. Averaging the rows first makes "
+                "peaked rows look spread out when they peak at different keys; each row's "
+                "entropy comes first, then their average.",
                 (_scale_mean_weights,),
                 {"aggregate": "of_mean"},
+                question=(
+                    "Did you average the weights or the entropies? If two rows peak at "
+                    "different keys, what is the entropy of their average compared with their "
+                    "own?"
+                ),
             ),
         ),
     )

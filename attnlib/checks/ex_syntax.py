@@ -6,6 +6,13 @@
 * ``attention_on(weights, positions) -> (n_heads,)`` : the mean weight each head gives
   one position per sentence.
 
+Diagnosis by inference: for ``attention_on``, which indexing (paired or broadcast) and
+which reduction (mean or sum, over the sentences, the heads or everything) reproduce the
+learner's result; for ``probe_accuracy``, which combination of fitting rows, scoring rows,
+label alignment, intercept and result (a fraction or a count) reproduces its accuracies on
+three probe sets. Findings state measurements; the cause is the misconception's
+explanation, shown on a second failure (:func:`attnlib.checks.check`).
+
 The probe cases are small and noisy, with fewer training rows than a perfect fit needs,
 so that fitting on the test rows, scoring the training rows, shifting the labels by one
 or leaving out the bias each give a different accuracy from the right one.
@@ -155,12 +162,13 @@ def _probe_hidden_cases() -> list[Case]:
     ]
 
 
-def _probe_build(*, fit="train", score="test", labels="aligned", bias=True):
+def _probe_build(*, fit="train", score="test", labels="aligned", bias=True, result="fraction"):
     """probe_accuracy with the given choices; the defaults give the correct function.
 
     ``fit``/``score``: which rows the probe is fitted on and scored on; ``labels``
     "aligned", "shifted" (np.roll by one) or "sorted" (labels no longer belong to their
-    rows); ``bias=False`` leaves out the column of ones.
+    rows); ``bias=False`` leaves out the column of ones; ``result="count"`` returns how
+    many rows were predicted right instead of the fraction.
     """
 
     def fn(X_train, y_train, X_test, y_test):
@@ -173,7 +181,8 @@ def _probe_build(*, fit="train", score="test", labels="aligned", bias=True):
             y_fit = np.sort(y_fit)
         W = _lstsq_probe(X_fit, y_fit, n_classes, bias=bias)
         X_score, y_score = sets[score]
-        return float((_predict(W, X_score, bias=bias) == y_score).mean())
+        right = _predict(W, X_score, bias=bias) == y_score
+        return int(right.sum()) if result == "count" else float(right.mean())
 
     return fn
 
@@ -183,6 +192,7 @@ _PROBE_CHOICES = {
     "score": ("test", "train"),
     "labels": ("aligned", "shifted", "sorted"),
     "bias": (True, False),
+    "result": ("fraction", "count"),
 }
 
 
@@ -196,6 +206,8 @@ def _probe_ids(choice) -> frozenset:
         ids.add("labels-misaligned")
     if not choice["bias"]:
         ids.add("probe-no-bias")
+    if choice["result"] == "count":
+        ids.add("accuracy-as-count")
     return frozenset(ids)
 
 
@@ -251,15 +263,19 @@ def _infer_probe(learner) -> list[Finding]:
     right = [_probe_reference(*args) for args in probes]
     shown = ", ".join(fmt(g) for g in got)
     correct = ", ".join(fmt(r) for r in right)
-    what = f"on three probe sets your accuracies are {shown} (right: {correct})"
+    what = f"on three probe sets your results are {shown} (right: {correct})"
+    if all(g > r for g, r in zip(got, right, strict=True)):
+        what += ": higher than the right accuracy on every set"
+    elif all(g < r for g, r in zip(got, right, strict=True)):
+        what += ": lower than the right accuracy on every set"
+    sizes = ", ".join(str(len(args[3])) for args in probes)
     details = {
-        "probe-trained-on-test": f"{what}; they are reproduced by a probe fitted on the test rows.",
-        "probe-scored-on-train": f"{what}; they are reproduced by a probe scored on its own "
-        "training rows.",
-        "labels-misaligned": f"{what}; they are reproduced by a probe fitted to labels that no "
-        "longer belong to their rows (shifted or sorted).",
-        "probe-no-bias": f"{what}; they are reproduced by a probe without the column of ones "
-        "(the features lie far from the origin).",
+        "probe-trained-on-test": f"{what}.",
+        "probe-scored-on-train": f"{what}.",
+        "labels-misaligned": f"{what}.",
+        "probe-no-bias": f"{what}; the features of these sets lie far from the origin.",
+        "accuracy-as-count": f"{what}; the sets have {sizes} test rows, and your results "
+        "are above 1.",
     }
     return [Finding(i, details[i]) for i in sorted(ids)]
 
@@ -284,31 +300,63 @@ register(
         misconceptions=(
             Misconception(
                 "probe-trained-on-test",
-                "The probe was fitted on the test rows it is scored on, so it can memorise "
-                "them. Fit W on X_train, y_train only; use X_test, y_test only for scoring.",
+                "The probe was fitted on the test rows and then scored on those same rows, so "
+                "it is graded on rows it could memorise: with many features and few rows, "
+                "least squares fits almost any labels. A held-out accuracy needs a probe "
+                "fitted on the training rows and their labels alone, the test rows kept for "
+                "scoring.",
                 (_probe_on_test,),
                 {"fit": "test"},
+                question="Your probe does better than it should. A held-out accuracy counts "
+                "rows the probe has never seen: which rows went into your fit, and which "
+                "rows did you count the correct predictions on?",
             ),
             Misconception(
                 "probe-scored-on-train",
-                "The accuracy is measured on the training rows. A probe with many features "
-                "fits its training rows well whatever they encode: score it on X_test.",
+                "The accuracy is measured on the training rows, the ones the probe was fitted "
+                "to. A probe with many features fits its own training rows well whatever "
+                "they encode, so that number says little about what the features hold; the "
+                "predictions to count are those for the test rows, against the test labels.",
                 (_probe_scored_on_train,),
                 {"score": "train"},
+                question="Your number does not say how the probe does on new rows. Which "
+                "rows are you counting correct predictions on: rows the probe was fitted "
+                "to, or rows it has never seen?",
             ),
             Misconception(
                 "labels-misaligned",
-                "The labels no longer belong to their rows (shifted, sorted or shuffled "
-                "separately from X). Row i of X_train must be fitted to y_train[i].",
+                "The labels no longer belong to their rows: shifted by one, sorted, or "
+                "shuffled apart from the features. The probe then learns to map each row "
+                "to another row's class, which it cannot do much better than guessing. "
+                "Every training row must keep its own label.",
                 (_probe_labels_shifted, _probe_labels_sorted),
                 {"labels": "shifted"},
+                question="Your probe does worse than it should, close to guessing. Print "
+                "the first few training rows' labels next to the targets your fit used for "
+                "them: does row i still get the label of row i?",
             ),
             Misconception(
                 "probe-no-bias",
-                "The probe has no bias: append a column of ones to X (for both fitting and "
-                "predicting), or vectors far from the origin are classified badly.",
+                "The probe has no intercept: each class's score is a plain weighted sum of "
+                "the features, a plane forced through the origin. When the features lie far "
+                "from the origin, such planes cannot separate the classes well. Least "
+                "squares must fit a constant term for every class along with the weights, "
+                "and the predictions must use it too.",
                 (_probe_no_bias,),
                 {"bias": False},
+                question="Your probe does badly on features far from the origin. Write one "
+                "class's score as a function of the features: what is it where every "
+                "feature is 0, and could least squares have chosen anything else there?",
+            ),
+            Misconception(
+                "accuracy-as-count",
+                "The function returns how many test rows were predicted right, a count, "
+                "instead of the fraction of them. An accuracy is that count divided by the "
+                "number of test rows, a number between 0 and 1.",
+                (_probe_build(result="count"),),
+                {"result": "count"},
+                question="Your result is larger than 1. An accuracy is a share of the test "
+                "rows: what share of them does your number stand for?",
             ),
         ),
     )
@@ -321,7 +369,12 @@ register(
         "probe_accuracy_heldout",
         "fit on the training rows with their labels, score on the test rows (centred "
         "features: the bias does not matter here)",
-        ids=("probe-trained-on-test", "probe-scored-on-train", "labels-misaligned"),
+        ids=(
+            "probe-trained-on-test",
+            "probe-scored-on-train",
+            "labels-misaligned",
+            "accuracy-as-count",
+        ),
         make_cases=_centred_cases,
         make_hidden_cases=_centred_hidden_cases,
     )
@@ -336,6 +389,7 @@ register(
             "probe-scored-on-train",
             "labels-misaligned",
             "probe-no-bias",
+            "accuracy-as-count",
         ),
     )
 )
@@ -369,17 +423,17 @@ def _attention_build(*, index="paired", reduce="mean", axis="sentences"):
     """attention_on with the given choices; the defaults give the correct function.
 
     ``index="broadcast"`` indexes weights[:, :, positions] (every sentence at every
-    sentence's position); ``reduce`` "mean" or "sum"; ``axis`` "sentences" or "heads"
-    (what the mean or sum runs over).
+    sentence's position); ``reduce`` "mean" or "sum"; ``axis`` "sentences", "heads" or
+    "all" (what the mean or sum runs over; "all" gives one number).
     """
 
     def fn(weights, positions):
         if index == "paired":
             sel = weights[torch.arange(weights.shape[0]), :, positions]  # (batch, n_heads)
-            dims = (0,) if axis == "sentences" else (1,)
+            dims = {"sentences": (0,), "heads": (1,), "all": (0, 1)}[axis]
         else:
             sel = weights[:, :, positions]  # (batch, n_heads, batch)
-            dims = (0, 2) if axis == "sentences" else (1,)
+            dims = {"sentences": (0, 2), "heads": (1,), "all": (0, 1, 2)}[axis]
         return sel.mean(dim=dims) if reduce == "mean" else sel.sum(dim=dims)
 
     return fn
@@ -388,7 +442,7 @@ def _attention_build(*, index="paired", reduce="mean", axis="sentences"):
 _ATTENTION_CHOICES = {
     "index": ("paired", "broadcast"),
     "reduce": ("mean", "sum"),
-    "axis": ("sentences", "heads"),
+    "axis": ("sentences", "heads", "all"),
 }
 
 
@@ -413,29 +467,44 @@ def _infer_attention_on(learner) -> list[Finding]:
             continue
         found = []
         if c["index"] == "broadcast":
+            # sentence 0 sits at position 3; raise its weight at sentence 1's position (0)
+            nudged = weights.clone()
+            nudged[0, :, int(positions[1])] += 0.5
+            o2 = learner(nudged, positions.clone())
+            y2 = o2.array(0) if o2.ok and o2.arity == 1 else None
+            moved = y2 is not None and y2.shape == y.shape and not close(y2, y)
             found.append(
                 Finding(
                     "index-broadcast",
-                    f"with batch {batch} your result is reproduced from weights[:, :, "
-                    f"positions], shape {(batch, n_heads, batch)}: sentence b is read at "
-                    "every sentence's position, not only at its own.",
+                    f"sentence 0 is asked about its key {int(positions[0])}; raising its "
+                    f"weight on key {int(positions[1])} (sentence 1's position) "
+                    + ("changes your result." if moved else "is read by your function.")
+                    + f" With batch {batch}, each of your numbers draws on {batch * batch} "
+                    f"weights per head, where {batch} belong.",
                 )
             )
         if c["axis"] == "heads":
             found.append(
                 Finding(
                     "mean-over-heads",
-                    f"your result has shape {y.shape}: one number per sentence (the "
-                    f"{n_heads} heads were reduced), not one per head.",
+                    f"your result has shape {tuple(y.shape)}: one number per sentence of the "
+                    f"batch of {batch}, where one per head ({n_heads} heads) is asked for.",
+                )
+            )
+        if c["axis"] == "all":
+            found.append(
+                Finding(
+                    "mean-over-everything",
+                    f"your result is a single number, shape {tuple(y.shape)}, where one per "
+                    f"head ({n_heads} heads) is asked for.",
                 )
             )
         if c["reduce"] == "sum":
             found.append(
                 Finding(
                     "sum-not-mean",
-                    "your result is reproduced by a sum where a mean belongs; some of its "
-                    f"numbers exceed 1 (largest {fmt(float(y.max()))}), which no mean "
-                    "weight can.",
+                    f"some of your numbers exceed 1 (largest {fmt(float(y.max()))}), for "
+                    f"attention weights that lie between 0 and 1 (batch {batch}).",
                 )
             )
         return found
@@ -475,25 +544,47 @@ register(
         misconceptions=(
             Misconception(
                 "index-broadcast",
-                "weights[:, :, positions] takes every sentence's weight at every sentence's "
-                "position (shape (batch, n_heads, batch)). Pair sentence b with its own "
-                "position: weights[torch.arange(batch), :, positions].",
+                "Indexing the key axis with the positions while the sentence axis is kept "
+                "whole pairs every sentence with every sentence's position: a block of "
+                "shape (batch, n_heads, batch), whose mean mixes in weights no sentence was "
+                "asked about. The sentence axis and the key axis must be indexed together, "
+                "so that sentence b is read at its own position only.",
                 (_attention_broadcast,),
                 {"index": "broadcast"},
+                question="Each sentence has one position that matters. Print the shape of "
+                "what your indexing picks out, before any averaging: how many weights does "
+                "it hold per head, and how many sentences are there?",
             ),
             Misconception(
                 "mean-over-heads",
-                "The mean runs over the heads, giving one number per sentence. Average over "
-                "the sentences (axis 0) to get one number per head.",
+                "The mean runs over the heads, so each sentence gets one number. The "
+                "question is asked per head: the average runs over the sentences, the first "
+                "axis, and the heads are kept.",
                 (_attention_over_heads,),
                 {"axis": "heads"},
+                question="Your result has one number per sentence. Which axis did your mean "
+                "run over, and which axis should be left in the result?",
+            ),
+            Misconception(
+                "mean-over-everything",
+                "The mean runs over every axis at once, so the heads are averaged together "
+                "with the sentences and one number is left. Only the sentences are averaged "
+                "over; each head keeps its own number.",
+                (_attention_build(axis="all"),),
+                {"axis": "all"},
+                question="Your result is one number for the whole batch. Over which axes "
+                "did your mean run, and which axis has to survive it?",
             ),
             Misconception(
                 "sum-not-mean",
-                "The weights are summed over the sentences; take the mean, so that the "
-                "result is a weight between 0 and 1 whatever the batch size.",
+                "The weights are summed over the sentences instead of averaged: the result "
+                "grows with the batch size and can exceed 1. A mean divides that sum by the "
+                "number of sentences, so that it is a weight between 0 and 1 whatever the "
+                "batch size.",
                 (_attention_sum,),
                 {"reduce": "sum"},
+                question="Some of your numbers exceed 1, and they would grow with the "
+                "batch. Can an average of attention weights do that?",
             ),
         ),
     )

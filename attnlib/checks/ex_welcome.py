@@ -54,14 +54,19 @@ def _keepdims_missing(x):
     return x / x.sum(axis=-1)  # (seq_q,) broadcasts against the columns, not the rows
 
 
+def _by_row_max(x):
+    return x / x.max(axis=-1, keepdims=True)  # each row's largest entry becomes 1
+
+
 def _build(*, over="rows"):
     """normalise_rows dividing by the sum over ``over``: "rows" (correct), "everything",
-    "columns" or "rows-no-keepdims"."""
+    "columns", "rows-no-keepdims" or "row-max" (each row's largest entry, not its sum)."""
     return {
         "rows": _reference,
         "everything": _over_everything,
         "columns": _over_columns,
         "rows-no-keepdims": _keepdims_missing,
+        "row-max": _by_row_max,
     }[over]
 
 
@@ -79,7 +84,7 @@ def _infer(learner) -> list[Finding]:
                 Finding(
                     "keepdims-missing",
                     f"your function runs on a square (3, 3) matrix but raises on a (3, 5) one "
-                    f"({o.error()[:80]}): the row sums lost their axis.",
+                    f"({o.error()[:80]}).",
                 )
             ]
         return []
@@ -91,6 +96,17 @@ def _infer(learner) -> list[Finding]:
     if np.allclose(w.sum(axis=0), 1.0):
         sums = np.round(w.sum(axis=0), 3).tolist()
         return [Finding("sum-over-columns", f"on a (3, 5) matrix the columns sum to {sums}.")]
+    if np.allclose(w.max(axis=-1), 1.0) and np.allclose(
+        w * _PROBE.max(axis=-1, keepdims=True), _PROBE
+    ):
+        sums = np.round(w.sum(axis=-1), 3).tolist()
+        return [
+            Finding(
+                "divided-by-row-max",
+                f"on a (3, 5) matrix the largest entry of every row is 1 and the rows sum to "
+                f"{sums}.",
+            )
+        ]
     if np.isclose(w.sum(), 1.0):
         return [
             Finding(
@@ -114,28 +130,47 @@ register(
         misconceptions=(
             Misconception(
                 "sum-over-everything",
-                "You divide by the sum of all the entries. On one row that is the row's sum, "
-                "but on a matrix every row must be divided by its own sum: "
-                "x.sum(axis=-1, keepdims=True).",
+                "You divide by the sum of all the entries of the array. On one row that is "
+                "the row's own sum, which is why a single row came out right; on a matrix the "
+                "whole array then sums to 1, and each row gets only its share of it. Every row "
+                "needs its own sum.",
                 (_over_everything,),
                 {"over": "everything"},
+                question="Your function is right on one row and wrong on a matrix. Add up "
+                "one row of your result, then the whole result: which of the two comes out "
+                "as 1, and which total did you divide by?",
             ),
             Misconception(
                 "sum-over-columns",
-                "You divide by the sums down the columns (axis=0), so the columns sum to 1. "
-                "Rows are queries and their weights run along the last axis: sum with "
-                "axis=-1 (and keepdims=True).",
+                "You divide by the sums down the columns, so each column sums to 1. A row is "
+                "one query and its numbers run along the last axis: each row must be divided "
+                "by the sum along its own row.",
                 (_over_columns,),
                 {"over": "columns"},
+                question="Add up your result along a row and down a column: which of the two "
+                "comes out as 1? Which direction did your sum run in?",
             ),
             Misconception(
                 "keepdims-missing",
-                "x.sum(axis=-1) has lost the summed axis: its shape (seq_q,) lines up with "
-                "the columns of x, not its rows, so a square matrix divides column j by row "
-                "j's sum (and other shapes fail to broadcast). Keep the axis: "
-                "x.sum(axis=-1, keepdims=True).",
+                "The row sums lost the axis they were summed over: they form one flat list "
+                "with one number per row, and numpy lines that list up with the columns of x, "
+                "not its rows. A square matrix then divides column j by row j's sum, and other "
+                "shapes fail to broadcast. Keep the summed axis (with length 1), so that each "
+                "row's sum sits beside its own row.",
                 (_keepdims_missing,),
                 {"over": "rows-no-keepdims"},
+                question="Your function runs on a square matrix and raises on a 3 by 5 one. "
+                "Print the shape of the sums you divide by, next to the shape of x: which "
+                "axis of x does that list of sums line up with?",
+            ),
+            Misconception(
+                "divided-by-row-max",
+                "You divide each row by its largest entry, so that entry becomes 1 and the "
+                "row adds up to more than 1. Normalising to sum 1 divides by the row's sum.",
+                (_by_row_max,),
+                {"over": "row-max"},
+                question="Look at one row of your result: what is its largest entry, and "
+                "what does the row add up to? Which number of the row did you divide by?",
             ),
         ),
     )
