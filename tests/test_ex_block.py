@@ -9,10 +9,6 @@ against independent oracles; the lesson's figure function in the projector style
   diagnosis; the reference equals ``torch.nn.LayerNorm`` (and its gradient autograd's
   through it) in float64 on every visible and hidden case; torch's own layer norm earns
   nothing.
-* ``block_forward``: post-LN, missing additions, the residual added to the normalised
-  stream, one LayerNorm for both sublayers, the two LayerNorms swapped, the MLP first, the
-  parallel block, no LayerNorm; the reference equals attnlib's ``DecoderBlock`` and Hugging
-  Face's ``GPT2Block`` carrying the same parts.
 * ``gpt2_weights`` (checked through ``attnlib.gpt.run_gpt2``: GPT2LMHeadModel's float64
   logits and cached keys and values with the learner's state dict): mappings written other
   ways pass; a square Conv1D weight or c_attn's blocks left untransposed, c_attn's blocks in
@@ -33,7 +29,6 @@ import torch
 from named import assert_correct, assert_named, grader_check_hidden
 
 from attnlib import checks, plot
-from attnlib.block import DecoderBlock
 from attnlib.checks import get_exercise
 
 matplotlib.use("Agg")
@@ -224,159 +219,6 @@ def test_the_stub_is_one_line_and_the_next_cells_get_the_reference(capsys):
     assert capsys.readouterr().err.startswith("✘ layer_norm: not written yet")
     fn = checks.yours_or_reference("layer_norm", layer_norm)
     assert fn is get_exercise("layer_norm").reference
-
-
-# ----------------------------------------------------------------------------------------
-# block_forward(x, ln_1, attn, ln_2, mlp)
-# ----------------------------------------------------------------------------------------
-
-
-def block_right_named_steps(x, ln_1, attn, ln_2, mlp):
-    a = attn(ln_1(x))
-    h = x + a
-    return h + mlp(ln_2(h))
-
-
-def block_right_in_place(x, ln_1, attn, ln_2, mlp):
-    x = x.clone()
-    x += attn(ln_1(x))
-    x += mlp(ln_2(x))
-    return x
-
-
-def block_post_ln(x, ln_1, attn, ln_2, mlp):
-    x = ln_1(x + attn(x))
-    return ln_2(x + mlp(x))
-
-
-def block_no_residual(x, ln_1, attn, ln_2, mlp):
-    return mlp(ln_2(attn(ln_1(x))))
-
-
-def block_forgot_second_addition(x, ln_1, attn, ln_2, mlp):
-    x = x + attn(ln_1(x))
-    return mlp(ln_2(x))
-
-
-def block_normalised_stream(x, ln_1, attn, ln_2, mlp):
-    x = ln_1(x)
-    x = x + attn(x)
-    x = ln_2(x)
-    return x + mlp(x)
-
-
-def block_one_layer_norm(x, ln_1, attn, ln_2, mlp):
-    x = x + attn(ln_1(x))
-    return x + mlp(ln_1(x))
-
-
-def block_mlp_first(x, ln_1, attn, ln_2, mlp):
-    x = x + mlp(ln_2(x))
-    return x + attn(ln_1(x))
-
-
-def block_no_layer_norm(x, ln_1, attn, ln_2, mlp):
-    x = x + attn(x)
-    return x + mlp(x)
-
-
-def block_post_ln_one_norm(x, ln_1, attn, ln_2, mlp):
-    x = ln_1(x + attn(x))
-    return ln_1(x + mlp(x))
-
-
-def block_mlp_first_no_residual(x, ln_1, attn, ln_2, mlp):
-    return attn(ln_1(mlp(ln_2(x))))
-
-
-def block_layer_norms_swapped(x, ln_1, attn, ln_2, mlp):
-    x = x + attn(ln_2(x))
-    return x + mlp(ln_1(x))
-
-
-def block_parallel(x, ln_1, attn, ln_2, mlp):
-    return x + attn(ln_1(x)) + mlp(ln_2(x))
-
-
-def block_post_ln_swapped(x, ln_1, attn, ln_2, mlp):
-    x = ln_2(x + attn(x))
-    return ln_1(x + mlp(x))
-
-
-@pytest.mark.parametrize("fn", [block_right_named_steps, block_right_in_place])
-def test_correct_blocks_written_differently_pass(fn):
-    assert_correct("block_forward", fn)
-
-
-@pytest.mark.parametrize(
-    ("fn", "ids"),
-    [
-        (block_post_ln, ["post-ln"]),
-        (block_no_residual, ["residual-missing"]),
-        (block_forgot_second_addition, ["residual-missing"]),
-        (block_normalised_stream, ["residual-from-normalised"]),
-        (block_one_layer_norm, ["layer-norm-shared"]),
-        (block_mlp_first, ["mlp-before-attention"]),
-        (block_no_layer_norm, ["layer-norm-missing"]),
-        (block_post_ln_one_norm, ["post-ln", "layer-norm-shared"]),
-        (block_mlp_first_no_residual, ["residual-missing", "mlp-before-attention"]),
-        (block_layer_norms_swapped, ["layer-norms-swapped"]),
-        (block_parallel, ["parallel-sublayers"]),
-        (block_post_ln_swapped, ["post-ln", "layer-norms-swapped"]),
-    ],
-    ids=lambda v: v.__name__ if callable(v) else "+".join(v),
-)
-def test_realistic_block_mistakes_are_named(fn, ids):
-    assert_named("block_forward", fn, ids)
-
-
-def test_the_block_findings_show_the_wiring_measured():
-    (finding,) = checks.run("block_forward", block_forgot_second_addition).findings
-    assert "x = x + attn(ln_1(x)); then x = mlp(ln_2(x))" in finding.detail
-    assert "the MLP's output replaces x" in finding.detail
-
-
-def _oracle_block(ln_1, attn, ln_2, mlp) -> DecoderBlock:
-    d_model = ln_1.weight.shape[0]
-    block = DecoderBlock(d_model, attn.n_heads, mlp.c_fc.out_features).to(torch.float64)
-    block.ln_1, block.attn, block.ln_2, block.mlp = ln_1, attn, ln_2, mlp
-    return block.eval()
-
-
-def test_the_block_reference_is_attnlibs_decoder_block_on_every_case():
-    ex = get_exercise("block_forward")
-    for case in ex.cases(hidden=True):
-        x, *parts = case.args
-        with torch.no_grad():
-            expected = _oracle_block(*parts)(x)
-            got = ex.reference(x, *parts)
-        assert torch.allclose(got, expected, rtol=0, atol=1e-12), case.label
-
-
-def test_the_block_reference_is_hugging_faces_gpt2_block():
-    transformers = pytest.importorskip("transformers")
-    from attnlib.gpt import GPT, gpt2_config, gpt2_state_dict
-
-    torch.manual_seed(4)
-    model = GPT(vocab_size=11, d_model=12, n_heads=3, n_layers=1, max_len=16).double().eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.3 * torch.randn_like(p))
-    config = gpt2_config(model) | dict(bos_token_id=None, eos_token_id=None)
-    hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(**config)).double()
-    hf.load_state_dict(gpt2_state_dict(model))
-    x = torch.randn(2, 5, 12, dtype=torch.float64)
-    b = model.h[0]
-    with torch.no_grad():
-        ours = get_exercise("block_forward").reference(x, b.ln_1, b.attn, b.ln_2, b.mlp)
-        theirs = hf.eval().transformer.h[0](x)
-    theirs = theirs[0] if isinstance(theirs, tuple) else theirs
-    assert torch.allclose(ours, theirs, rtol=0, atol=1e-10)
-
-
-def test_a_wrong_block_fails_the_graders_hidden_check():
-    with pytest.raises(AssertionError, match="post-ln"):
-        grader_check_hidden("block_forward", block_post_ln)
 
 
 # ----------------------------------------------------------------------------------------
@@ -608,5 +450,5 @@ def test_curves_refuse_mismatched_series():
 def test_check_prints_one_line_for_the_reference():
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        checks.check("block_forward", get_exercise("block_forward").reference)
-    assert out.getvalue() == "✔ block_forward: correct on all 3 cases\n"
+        checks.check("layer_norm", get_exercise("layer_norm").reference)
+    assert out.getvalue() == "✔ layer_norm: correct on all 4 cases\n"

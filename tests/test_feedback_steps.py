@@ -130,3 +130,13 @@ def test_the_localisation_names_each_broken_property():
     nan[2, 0] = np.nan
     kept, broken = properties(w, nan)
     assert "every entry finite: 1 are NaN or inf" in broken
+
+
+def test_a_bfloat16_answer_is_judged_not_a_crash():
+    import torch
+
+    def softmax_bf16(x):  # numpy holds no bfloat16: compared in float32, too coarse here
+        return torch.softmax(torch.as_tensor(x).to(torch.bfloat16), -1)
+
+    msg = failure("softmax", softmax_bf16)
+    assert "First differing entry at [" in msg and "each row sums to 1" in msg

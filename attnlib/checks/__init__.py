@@ -95,6 +95,7 @@ from attnlib.checks import (  # noqa: E402, F401 - imported to register their ex
     ex_blockwise,
     ex_decoding,
     ex_fewer_keys,
+    ex_gpt2,
     ex_heads,
     ex_induction,
     ex_keys_values,

@@ -1,8 +1,10 @@
 """Probes that read the attention a learner's function computes (lesson 03's checks).
 
-* The score -> weight map, shared by softmax and attend (:mod:`attnlib.checks.ex_attention`):
-  which rows break on huge scores (:func:`stability_finding`), which axis the weights sum
-  to 1 over (:func:`axis_findings`), the multiplier the scores were scaled by
+* The score -> weight map, shared by softmax (:mod:`attnlib.checks._softmax_exercise`) and
+  attend (:mod:`attnlib.checks.ex_attention`): which rows break on huge scores
+  (:func:`stability_finding`) and on a row with one score far below or above the rest
+  (:func:`shift_findings`, the shift a row was given, in whatever dtype), which axis the
+  weights sum to 1 over (:func:`axis_findings`), the multiplier the scores were scaled by
   (:func:`fit_any`, a fit of log-weights against candidate scores).
 * attend's inference (:func:`infer_attend`): on probes whose values are an identity, the
   output *is* the weights, so the scale, what blocked keys and fully masked rows get, a
@@ -482,54 +484,74 @@ def _batch_findings(learner, sizes, base, square, known: set[str]) -> list[Findi
     return found
 
 
-# The shift a softmax subtracts, read from two rows of ordinary scores with one far outlier:
-# one 2000 below the rest (a shift by the row's mean stays below exp's overflow there, by its
-# minimum does not) and one 3000 above (both overflow; the maximum never does).
-SPREAD_DOWN, SPREAD_UP = -2000.0, 3000.0
+# The shift a softmax subtracts, read from rows of ordinary scores with one far outlier.
+# exp overflows above an exponent L that depends on the dtype the learner computes in
+# (about 11.1 in float16, 88.7 in float32, 709.8 in float64), so no fixed outlier serves
+# them all. An outlier u above the rest of a row of n scores leaves an exponent of about u
+# after a shift by the row's minimum and (n-1)/n·u after a shift by its mean; one d below
+# leaves about d and d/n. The ladder finds the smallest u (doubling) that breaks a row:
+# L lies in [u/2, u) for the minimum and in [0.4u, 0.8u) for the mean (n = 5). An outlier
+# 1.5u below then breaks the minimum (1.5u > L) and never the mean (0.3u < 0.4u ≤ L).
+# The maximum breaks neither (every exponent ≤ 0).
+SPREAD_LADDER = tuple(2.0**i for i in range(3, 15))  # 8 .. 16384
+SPREAD_BELOW = 1.5
 
 
-def spread_findings(down: list[int], up: list[int], where: str) -> list[Finding]:
-    """Name the shift from the rows that broke (NaN or inf) on the two outlier probes, after
-    rows of huge scores close together came out fine: the minimum breaks both, the mean only
-    the one with an outlier above."""
-    if down and up:
-        return [
-            Finding(
-                "shift-by-min",
-                f"{where} with one score 2000 below the others of its row, rows {down} come out "
-                f"NaN or inf, and with one 3000 above, rows {up}; rows of huge scores (±2e4) "
-                "close together come out fine.",
-            )
-        ]
-    if up and not down:
+def shift_findings(broken, where: str) -> list[Finding]:
+    """Name the shift from the rows that break (NaN or inf) on outlier probes, after rows
+    of huge scores close together came out fine: the minimum breaks on an outlier far below
+    the rest as soon as on one above, the mean only on one above.
+
+    ``broken(score)`` runs the probe whose outlier rows hold ``score`` (above the rest if
+    positive, below if negative) and returns the rows that broke, or None if it could not
+    be read.
+    """
+    for up in SPREAD_LADDER:
+        rows_up = broken(up)
+        if not rows_up:
+            if rows_up is None:
+                return []
+            continue
+        down = SPREAD_BELOW * up
+        rows_down = broken(-down)
+        if rows_down is None:
+            return []
+        if rows_down:
+            return [
+                Finding(
+                    "shift-by-min",
+                    f"{where} with one score {fmt(down)} below the others of its row, rows "
+                    f"{rows_down} come out NaN or inf, and with one {fmt(up)} above, rows "
+                    f"{rows_up}; rows of huge scores (±2e4) close together come out fine.",
+                )
+            ]
         return [
             Finding(
                 "shift-by-mean",
-                f"{where} with one score 3000 above the others of its row, rows {up} come out "
-                "NaN or inf; with one 2000 below them, and with huge scores (±2e4) close "
-                "together, every row comes out fine.",
+                f"{where} with one score {fmt(up)} above the others of its row, rows "
+                f"{rows_up} come out NaN or inf; with one {fmt(down)} below them, and with "
+                "huge scores (±2e4) close together, every row comes out fine.",
             )
         ]
     return []
 
 
 def _shift_findings(learner, sizes, w, q, k, axis, found) -> list[Finding]:
-    """The outlier probes of :func:`spread_findings`, their scores sized by the multiplier
-    measured on the first probe, so that the learner's own scaling makes them -2000 and
-    +3000."""
+    """The outlier probes of :func:`shift_findings`, their scores sized by the multiplier
+    measured on the first probe, so that the learner's own scaling makes them the
+    outliers asked for."""
     if any(f.id == "keys-not-transposed" for f in found):
         return []
     _, c, res = fit_any(w, [("T", q @ np.swapaxes(k, -1, -2))], axis)
     if res > 1e-4 or not c > 0:
         return []
-    broke = []
-    for target in (SPREAD_DOWN, SPREAD_UP):
-        qs, ks, vs = _probe(sizes, 4, spread=target / c)
+
+    def broken(score: float) -> list[int] | None:
+        qs, ks, vs = _probe(sizes, 4, spread=score / c)
         ws, _, _ = _read_attention(learner(qs, ks, vs), qs, ks, vs)
-        if ws is None:
-            return []
-        broke.append(_bad_rows(ws))
-    return spread_findings(*broke, "On a probe")
+        return None if ws is None else _bad_rows(ws)
+
+    return shift_findings(broken, "On a probe")
 
 
 def infer_attend(learner) -> list[Finding]:

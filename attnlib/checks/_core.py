@@ -81,6 +81,7 @@ _StringIO = io.StringIO
 _getprofile = sys.getprofile
 _setprofile = sys.setprofile
 _NUMBERS = (float, int, np.float64, np.float32, np.int64, np.int32)
+_NO_NUMPY = (torch.bfloat16,)  # torch dtypes numpy cannot hold
 
 # How forbidden functions are found; grading.py points this at a fresh copy of attnlib.
 _import_module = importlib.import_module
@@ -374,7 +375,10 @@ def _to_array(x: Any) -> np.ndarray | None:
     if _type(x) is _ndarray:
         return x
     if _type(x) is _tensor:
-        return _TensorBase.numpy(_TensorBase.cpu(_TensorBase.detach(x)))
+        t = _TensorBase.cpu(_TensorBase.detach(x))
+        if t.dtype in _NO_NUMPY:  # numpy has no bfloat16: compared in float32, exactly
+            t = _TensorBase.float(t)
+        return _TensorBase.numpy(t)
     return None
 
 

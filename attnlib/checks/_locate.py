@@ -106,7 +106,7 @@ def properties(expected: np.ndarray, got: np.ndarray) -> tuple[list[str], list[s
             judge(
                 "each row sums to 1 over the last axis",
                 ok,
-                f"yours sum to {_number(low)} ... {_number(high)}",
+                f"yours sum to {low:.6g} ... {high:.6g}",
             )
     zeros = e == 0
     if bool(zeros.any()) and not bool(zeros.all()):
@@ -182,7 +182,8 @@ def _as_array(x: Any) -> np.ndarray | None:
         import torch
 
         if type(x) is torch.Tensor:
-            return x.detach().cpu().numpy()
+            t = x.detach().cpu()
+            return (t.float() if t.dtype == torch.bfloat16 else t).numpy()
     except ImportError:  # pragma: no cover - torch is a dependency
         return None
     return None
