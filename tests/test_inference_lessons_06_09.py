@@ -16,7 +16,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from named import assert_correct, in_registry_order
+from named import assert_correct, assert_named, in_registry_order
 
 from attnlib import checks
 from attnlib.checks import get_exercise
@@ -479,43 +479,12 @@ CORRECT = {
 }
 
 
-def assert_named_in_steps(name: str, fn, ids) -> None:
-    """Named with exactly ``ids``, by measurement; the check's feedback comes in steps.
-
-    First failure: what was measured and each mistake's question, no cause; the same
-    mistake again: each cause (its explanation) and the ids on the last line. The hidden
-    check fails it.
-    """
-    expected = in_registry_order(name, ids)
-    report = checks.run(name, fn)
-    assert not report.ok and not report.inference_error
-    assert report.misconceptions == expected, report.findings
-    assert [f.id for f in report.findings] == expected  # measured, not matched to a variant
-    assert all(len(f.detail) > 20 for f in report.findings)  # each says what was measured
-    assert checks.run(name, fn, hidden=True).misconceptions == expected
-    mistakes = {m.id: m for m in get_exercise(name).misconceptions}
-    checks.forget(name)
-    messages = []
-    for _ in range(2):
-        with pytest.raises(AssertionError) as err:
-            checks.check(name, fn)
-        messages.append(str(err.value))
-    first, second = messages
-    for mid in expected:
-        assert mistakes[mid].question in first and mistakes[mid].explanation not in first
-        assert mistakes[mid].explanation in second
-    assert second.splitlines()[-1] == checks.result_line(name, expected)
-    checks.forget(name)
-    with pytest.raises(AssertionError, match="hidden tests failed"):
-        checks.check_hidden(name, fn)
-
-
 @pytest.mark.parametrize(
     ("name", "fn", "ids"),
     [pytest.param(n, f, i, id=f"{n}-{f.__name__}") for n, f, i in REALISTIC],
 )
 def test_a_realistic_mistake_is_named_with_all_its_ids(name, fn, ids):
-    assert_named_in_steps(name, fn, ids)
+    assert_named(name, fn, ids)
 
 
 @pytest.mark.parametrize(

@@ -100,7 +100,8 @@ def _read(learner, *extra):
     return pairs, over_heads, first_only, len(cells), values[0]
 
 
-def _shared_findings(over_heads, first_only, n, c, count_name) -> list[Finding]:
+def _batch_head_findings(over_heads, first_only) -> list[Finding]:
+    """The findings both scores share: only sequence 0 read, or the heads averaged."""
     batch, n_heads, _ = _PROBE
     found = []
     if first_only:
@@ -119,6 +120,11 @@ def _shared_findings(over_heads, first_only, n, c, count_name) -> list[Finding]:
                 "one number per sequence, averaged over the heads.",
             )
         )
+    return found
+
+
+def _shared_findings(over_heads, first_only, n, c, count_name) -> list[Finding]:
+    found = _batch_head_findings(over_heads, first_only)
     if abs(c * n - 1) > 1e-4 and abs(c - 1) <= 1e-4:
         found.append(
             Finding(
@@ -570,22 +576,7 @@ def _infer_fp(learner) -> list[Finding]:
                 f"{queries[0]}.",
             )
         )
-    if first_only:
-        found.append(
-            Finding(
-                "first-batch-only",
-                f"with batch = {batch}, only sequence 0 changes your score; the other "
-                f"{batch - 1} are never read.",
-            )
-        )
-    if over_heads:
-        found.append(
-            Finding(
-                "mean-over-heads",
-                f"with batch {batch} and n_heads {n_heads}, your result has shape ({batch},): "
-                "one number per sequence, averaged over the heads.",
-            )
-        )
+    found += _batch_head_findings(over_heads, first_only)
     if reduce == "sum":
         found.append(
             Finding(
