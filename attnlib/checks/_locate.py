@@ -14,8 +14,6 @@ from typing import Any
 
 import numpy as np
 
-from attnlib.checks._core import _to_array  # the arrays the checks compare
-
 _asarray = np.asarray
 _isclose = np.isclose
 _isfinite = np.isfinite
@@ -160,7 +158,7 @@ def locate(failures: list[tuple[Any, Any, Any, Any]], rtol: float, atol: float) 
     if len(exp_parts) != len(got_parts):
         got_parts = [got] if len(exp_parts) == 1 else got_parts
     for i, (e, g) in enumerate(zip(exp_parts, got_parts, strict=False)):
-        ea, ga = _to_array(e), _to_array(g)
+        ea, ga = _as_array(e), _as_array(g)
         if ea is None or ga is None:
             continue
         which = "" if len(exp_parts) == 1 else f"Output {i}: "
@@ -175,3 +173,17 @@ def locate(failures: list[tuple[Any, Any, Any, Any]], rtol: float, atol: float) 
             lines.append(f"  Yours breaks: {'; '.join(broken)}.")
         break
     return lines
+
+
+def _as_array(x: Any) -> np.ndarray | None:
+    if type(x) is _ndarray:
+        return x
+    try:
+        import torch
+
+        if type(x) is torch.Tensor:
+            t = x.detach().cpu()
+            return (t.float() if t.dtype == torch.bfloat16 else t).numpy()
+    except ImportError:  # pragma: no cover - torch is a dependency
+        return None
+    return None
