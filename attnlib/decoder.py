@@ -6,7 +6,9 @@
 * :class:`TinyDecoder` — embedding + ``n_layers`` causal attention blocks; lesson 14 adds
   options for sliding windows (and global layers), cross-layer K/V sharing and latent
   attention;
-* :func:`generate` — greedy decoding with or without the cache (the same tokens either way).
+* :func:`generate` — greedy decoding with or without the cache (the same tokens either way),
+  or sampling: from ``softmax(logits / temperature)``, optionally over the ``top_k`` most
+  likely tokens only (lesson 16), with a seeded ``torch.Generator``.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from attnlib._validate import (
     check_instance,
     check_int,
     check_layer_input,
+    check_number,
     validated,
 )
 from attnlib.heads import merge_heads, split_heads
@@ -263,7 +266,7 @@ class TinyDecoder(nn.Module):
 
     See Also
     --------
-    generate : greedy decoding with this model.
+    generate : greedy or sampled decoding with this model.
     CausalSelfAttention : its attention layers.
 
     Examples
@@ -480,7 +483,9 @@ class Generation(NamedTuple):
     caches: list[KVCache] | None
 
 
-def _check_generate(model, prompt, n_new, *, use_cache=True) -> None:
+def _check_generate(
+    model, prompt, n_new, *, use_cache=True, temperature=None, top_k=None, generator=None
+) -> None:
     fn = "generate"
     if not (isinstance(model, nn.Module) and callable(getattr(model, "new_caches", None))):
         raise TypeError(
@@ -498,16 +503,78 @@ def _check_generate(model, prompt, n_new, *, use_cache=True) -> None:
     max_len = getattr(model, "max_len", None)
     if n_new and max_len is not None and last >= max_len:
         raise ValueError(f"{fn}: position {last} exceeds max_len={max_len}")
+    check_number(fn, "temperature", temperature, positive=True, none_ok=True)
+    if top_k is not None:
+        if temperature is None:
+            raise ValueError(
+                f"{fn}: top_k={top_k!r} needs a temperature: top_k filters what is sampled, "
+                f"and temperature=None decodes greedily (the top 1 always)"
+            )
+        vocab = getattr(getattr(model, "head", None), "out_features", None)
+        check_int(fn, "top_k", top_k, minimum=1, maximum=vocab)
+    if generator is not None:
+        check_instance(fn, "generator", generator, torch.Generator, "a torch.Generator or None")
+
+
+def _filter_logits(logits: torch.Tensor, temperature: float, top_k: int | None = None):
+    """The logits a token is sampled from: ``logits / temperature``, with every logit below
+    the ``top_k``-th largest of its row set to -inf (ties with it are kept).
+
+    The order and the tie rule of transformers' ``TemperatureLogitsWarper`` followed by its
+    ``TopKLogitsWarper`` (tests/test_sampling.py compares them). Lesson 17 adds top-p and
+    min-p filters here.
+
+    Parameters
+    ----------
+    logits : Tensor of shape (batch, vocab_size)
+    temperature : float, > 0
+    top_k : int, optional
+        1 <= top_k <= vocab_size; None keeps every token.
+
+    Returns
+    -------
+    Tensor of shape (batch, vocab_size)
+    """
+    scaled = logits / temperature  # (batch, vocab_size): < 1 sharpens, > 1 flattens
+    if top_k is not None:
+        kth = torch.topk(scaled, top_k, dim=-1).values[..., -1:]  # (batch, 1): k-th largest
+        scaled = scaled.masked_fill(scaled < kth, -torch.inf)
+    return scaled
+
+
+def _next_token(logits: torch.Tensor, temperature, top_k, generator) -> torch.Tensor:
+    """(batch, vocab_size) logits -> (batch,) next tokens: the argmax, or a sample."""
+    if temperature is None:
+        return logits.argmax(dim=-1)  # greedy
+    probs = torch.softmax(_filter_logits(logits, temperature, top_k), dim=-1)
+    return torch.multinomial(probs, 1, generator=generator)[:, 0]  # one draw per row
 
 
 @validated(_check_generate)
 @torch.no_grad()
-def generate(model: TinyDecoder, prompt: torch.Tensor, n_new: int, *, use_cache: bool = True):
-    """Greedy decoding: append the most likely next token ``n_new`` times.
+def generate(
+    model: TinyDecoder,
+    prompt: torch.Tensor,
+    n_new: int,
+    *,
+    use_cache: bool = True,
+    temperature: float | None = None,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+):
+    """Append a next token ``n_new`` times: the most likely one (greedy), or a sampled one.
 
     Without the cache every step runs the model on the whole sequence so far and keeps
     only the last position's logits. With it, the prompt is processed once (filling the
     caches) and every later step feeds only the newest token.
+
+    With a ``temperature``, each next token is drawn (``torch.multinomial``, one draw per
+    row and step, from ``generator``) from ``softmax(logits / temperature)``: below 1 the
+    likely tokens get likelier, above 1 the distribution flattens. ``top_k`` first sets
+    every logit below the ``k``-th largest to -inf, so that only the ``k`` most likely
+    tokens can be drawn (ties with the ``k``-th are kept, as in transformers'
+    ``TopKLogitsWarper``). The same ``generator`` seed gives the same tokens with the cache
+    or without (up to float rounding in the logits).
 
     Parameters
     ----------
@@ -517,12 +584,20 @@ def generate(model: TinyDecoder, prompt: torch.Tensor, n_new: int, *, use_cache:
     prompt : int Tensor of shape (batch, prompt_len), prompt_len >= 1
     n_new : int
     use_cache : bool, default True
+    temperature : float, optional
+        > 0. None (the default): greedy decoding.
+    top_k : int, optional
+        1 <= top_k <= vocab_size; only with a ``temperature``. ``top_k=1`` is greedy.
+    generator : torch.Generator, optional
+        Where the samples are drawn from (seed it for the same tokens every run); default
+        torch's global generator. Not used by greedy decoding.
 
     Returns
     -------
     Generation
-        ``tokens`` (batch, prompt_len + n_new), ``logits`` (batch, n_new, vocab_size),
-        ``caches`` (None without the cache).
+        ``tokens`` (batch, prompt_len + n_new), ``logits`` (batch, n_new, vocab_size): the
+        model's raw logits at each step (before temperature and top-k), ``caches`` (None
+        without the cache).
 
     See Also
     --------
@@ -537,6 +612,11 @@ def generate(model: TinyDecoder, prompt: torch.Tensor, n_new: int, *, use_cache:
     >>> fast, slow = generate(model, prompt, 4), generate(model, prompt, 4, use_cache=False)
     >>> fast.tokens.shape, torch.equal(fast.tokens, slow.tokens)
     (torch.Size([1, 7]), True)
+    >>> seeded = dict(temperature=0.8, top_k=5, generator=torch.Generator().manual_seed(0))
+    >>> a = generate(model, prompt, 4, **seeded)
+    >>> seeded["generator"] = torch.Generator().manual_seed(0)
+    >>> torch.equal(a.tokens, generate(model, prompt, 4, **seeded).tokens)  # same seed
+    True
     """
     batch, prompt_len = prompt.shape
     total = prompt_len + n_new
@@ -550,7 +630,7 @@ def generate(model: TinyDecoder, prompt: torch.Tensor, n_new: int, *, use_cache:
             logits = model(feed, caches)[:, -1]  # (batch, vocab_size)
         else:
             logits = model(tokens[:, :t])[:, -1]  # recompute every position, keep the last
-        nxt = logits.argmax(dim=-1)  # (batch,)
+        nxt = _next_token(logits, temperature, top_k, generator)  # (batch,)
         tokens[:, t] = nxt
         all_logits.append(logits)
         feed = nxt[:, None]  # (batch, 1): only the new token next time

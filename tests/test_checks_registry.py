@@ -41,8 +41,6 @@ SQUARE_BY_NATURE = {
     "(lower-triangular) maps, so reading them transposed gives zeros (query-key-swapped)",
     "prefix_matching_score": "self-attention weights are (seq, seq); the cases are causal maps, "
     "so reading them transposed gives zeros (query-key-swapped)",
-    "first_position_share": "self-attention weights are (seq, seq); the cases are causal maps, "
-    "whose row 0 is (1, 0, ..., 0): reading it for column 0 is query-key-swapped",
 }
 
 # The exercises the grading issue requires, with their required misconception ids.

@@ -1,5 +1,5 @@
-"""Lesson 16's exercises: realistic submissions, named by measurement; the references against
-independent oracles.
+"""Lesson 16's Exercise 16.1: realistic submissions, named by measurement; the reference
+against independent oracles.
 
 * ``prefix_matching_score``: functions written the way learners write them (the earlier
   token itself as the key, a diagonal one query too long, every query from 0, the second
@@ -8,12 +8,9 @@ independent oracles.
   once, each named with all of its ids; correct functions written differently (a loop,
   ``torch.diagonal``, numpy) pass with no diagnosis; the reference equals an explicit loop
   and ``attnlib.tasks.plays.prefix_matching_score`` on every visible and hidden case.
-* ``first_position_share`` (the mean weight on key 0 over queries 1 .. seq-1, divided by
-  uniform causal attention's, 1/(t+1) at query t, over the same queries): query 0 counted,
-  row 0 read for column 0, no division, uniform over all seq keys, the uniform side over
-  every query, a mean of per-query ratios, the same reductions; the reference equals a loop
-  and ``plays.attention_on`` with only key 0 chosen, divided by its value for uniform
-  causal weights.
+
+Exercise 16.2, ``ablate_head``, is tested in tests/test_ex_ablation.py. The first-position
+score (``first_position_share``) was retired with its exercise.
 """
 
 from __future__ import annotations
@@ -163,166 +160,21 @@ def test_calling_the_library_earns_nothing():
         grader_check_hidden("prefix_matching_score", plays.prefix_matching_score)
 
 
-# ----------------------------------------------------------------------------------------
-# first_position_share(weights)
-# ----------------------------------------------------------------------------------------
-
-
-def _uniform(seq, start=1):
-    return sum(1.0 / (t + 1) for t in range(start, seq)) / (seq - start)
-
-
-def fp_loop(weights):
-    batch, n_heads, seq, _ = weights.shape
-    return torch.tensor(
-        [
-            sum(float(weights[b, h, t, 0]) for b in range(batch) for t in range(1, seq))
-            / (batch * (seq - 1))
-            / _uniform(seq)
-            for h in range(n_heads)
-        ],
-        dtype=weights.dtype,
-    )
-
-
-def fp_two_means(weights):
-    seq = weights.shape[-1]
-    uniform = torch.tril(torch.ones(seq, seq, dtype=weights.dtype))
-    uniform = uniform / uniform.sum(-1, keepdim=True)  # uniform causal attention
-    return weights[..., 1:, 0].mean(0).mean(-1) / uniform[1:, 0].mean()
-
-
-def fp_sums(weights):  # a sum over a sum is a mean over a mean
-    b, _, seq, _ = weights.shape
-    t = torch.arange(2, seq + 1, dtype=weights.dtype)
-    return weights[:, :, 1:, 0].sum(dim=(0, 2)) / (b * (1 / t).sum())
-
-
-def fp_all_queries(weights):  # query 0 on both sides
-    seq = weights.shape[-1]
-    t = torch.arange(seq, dtype=weights.dtype)
-    return weights[:, :, :, 0].mean(dim=(0, 2)) / (1 / (t + 1)).mean()
-
-
-def fp_row_zero(weights):
-    t = torch.arange(1, weights.shape[-1], dtype=weights.dtype)
-    return weights[:, :, 0, 1:].mean(dim=(0, 2)) / (1 / (t + 1)).mean()
-
-
-def fp_row_zero_all(weights):
-    t = torch.arange(weights.shape[-1], dtype=weights.dtype)
-    return weights[:, :, 0, :].mean(dim=(0, 2)) / (1 / (t + 1)).mean()
-
-
-def fp_not_divided(weights):  # the share itself
-    return weights[:, :, 1:, 0].mean(dim=(0, 2))
-
-
-def fp_all_queries_not_divided(weights):
-    return weights[:, :, :, 0].mean(dim=(0, 2))
-
-
-def fp_over_seq(weights):  # uniform as if every key were visible
-    return weights[:, :, 1:, 0].mean(dim=(0, 2)) * weights.shape[-1]
-
-
-def fp_baseline_from_0(weights):
-    seq = weights.shape[-1]
-    t = torch.arange(seq, dtype=weights.dtype)
-    return weights[:, :, 1:, 0].mean(dim=(0, 2)) / (1 / (t + 1)).mean()
-
-
-def fp_per_query(weights):
-    t = torch.arange(1, weights.shape[-1], dtype=weights.dtype)
-    return (weights[:, :, 1:, 0] * (t + 1)).mean(dim=(0, 2))
-
-
-def fp_per_query_first_sequence(weights):
-    t = torch.arange(1, weights.shape[-1], dtype=weights.dtype)
-    return (weights[0, :, 1:, 0] * (t + 1)).mean(dim=-1)
-
-
-def fp_mean_over_heads(weights):
-    t = torch.arange(1, weights.shape[-1], dtype=weights.dtype)
-    return weights[:, :, 1:, 0].mean(dim=(1, 2)) / (1 / (t + 1)).mean()
-
-
-def fp_first_sequence(weights):
-    t = torch.arange(1, weights.shape[-1], dtype=weights.dtype)
-    return weights[0, :, 1:, 0].mean(-1) / (1 / (t + 1)).mean()
-
-
-def fp_sum(weights):
-    t = torch.arange(1, weights.shape[-1], dtype=weights.dtype)
-    return weights[:, :, 1:, 0].sum(dim=(0, 2)) / (1 / (t + 1)).mean()
-
-
-def fp_over_seq_summed(weights):
-    return weights[:, :, 1:, 0].sum(dim=(0, 2)) * weights.shape[-1]
-
-
-@pytest.mark.parametrize("fn", [fp_loop, fp_two_means, fp_sums])
-def test_correct_first_position_shares_written_differently_pass(fn):
-    assert_correct("first_position_share", fn)
-
-
-@pytest.mark.parametrize(
-    ("fn", "ids"),
-    [
-        (fp_all_queries, ["includes-first-query"]),
-        (fp_row_zero, ["query-key-swapped"]),
-        (fp_row_zero_all, ["includes-first-query", "query-key-swapped"]),
-        (fp_not_divided, ["not-relative-to-uniform"]),
-        (fp_all_queries_not_divided, ["includes-first-query", "not-relative-to-uniform"]),
-        (fp_over_seq, ["uniform-over-all-keys"]),
-        (fp_baseline_from_0, ["baseline-includes-query-0"]),
-        (fp_per_query, ["ratio-per-query"]),
-        (fp_per_query_first_sequence, ["ratio-per-query", "first-batch-only"]),
-        (fp_mean_over_heads, ["mean-over-heads"]),
-        (fp_first_sequence, ["first-batch-only"]),
-        (fp_sum, ["sum-not-mean"]),
-        (fp_over_seq_summed, ["uniform-over-all-keys", "sum-not-mean"]),
-    ],
-    ids=lambda v: v.__name__ if callable(v) else "+".join(v),
-)
-def test_realistic_first_position_mistakes_are_named(fn, ids):
-    assert_named("first_position_share", fn, ids)
-
-
-def test_first_position_reference_matches_a_loop_and_the_library():
-    ex = get_exercise("first_position_share")
-    for case in ex.cases(hidden=True):
-        (w,) = case.args
-        seq = w.shape[-1]
-        key0 = torch.zeros(seq, dtype=torch.bool)
-        key0[0] = True
-        uniform = torch.tril(torch.ones(1, 1, seq, seq, dtype=w.dtype))
-        uniform = uniform / uniform.sum(-1, keepdim=True)
-        torch.testing.assert_close(ex.reference(w), fp_loop(w))
-        ratio = plays.attention_on(w, key0) / plays.attention_on(uniform, key0)
-        torch.testing.assert_close(ex.reference(w), ratio)
-        torch.testing.assert_close(ex.reference(uniform), torch.ones(1, dtype=w.dtype))
-
-
-def test_the_stubs_are_one_line_and_the_next_cells_get_the_reference(capsys):
+def test_the_stub_is_one_line_and_the_next_cells_get_the_reference(capsys):
     def prefix_matching_score(weights, period):
         raise NotImplementedError()
 
-    def first_position_share(weights):
-        raise NotImplementedError()
-
-    for name, stub in (
-        ("prefix_matching_score", prefix_matching_score),
-        ("first_position_share", first_position_share),
-    ):
-        checks.check(name, stub)
-        assert capsys.readouterr().err.startswith(f"✘ {name}: not written yet")
-        assert checks.yours_or_reference(name, stub) is get_exercise(name).reference
-        capsys.readouterr()
+    name = "prefix_matching_score"
+    checks.check(name, prefix_matching_score)
+    assert capsys.readouterr().err.startswith(f"✘ {name}: not written yet")
+    assert checks.yours_or_reference(name, prefix_matching_score) is get_exercise(name).reference
 
 
 def test_a_wrong_answer_fails_the_graders_hidden_check():
-    with pytest.raises(AssertionError, match="includes-first-query"):
-        grader_check_hidden("first_position_share", fp_all_queries)
     with pytest.raises(AssertionError, match="key-is-earlier-token"):
         grader_check_hidden("prefix_matching_score", pm_same_token)
+
+
+def test_the_first_position_exercise_is_retired():
+    # lesson 16 measures attention sinks with plays.head_scores, without an exercise
+    assert "first_position_share" not in checks.exercises()

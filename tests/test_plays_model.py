@@ -112,6 +112,29 @@ def test_repeat_passages_writes_an_earlier_passage_again_later():
         P.repeat_passages(windows.float(), 1, (3, 9))
 
 
+def test_training_batch_is_windows_at_seeded_random_starts():
+    tokens = torch.arange(1000) * 3  # distinct ids: each window shows where it starts
+    x = P.training_batch(tokens, 8, 20, torch.Generator().manual_seed(5))
+    assert x.shape == (8, 21) and x.dtype == torch.long
+    # the one draw train_model makes per step (its short runs retrace the shipped logs)
+    starts = torch.randint(0, 1000 - 20, (8,), generator=torch.Generator().manual_seed(5))
+    for row, s in zip(x.tolist(), starts.tolist(), strict=True):
+        assert row == tokens[s : s + 21].tolist()
+    # every start up to the last full window, and no further
+    many = P.training_batch(torch.arange(12), 400, 10, torch.Generator().manual_seed(0))
+    assert sorted(set(many[:, 0].tolist())) == [0, 1]
+    with pytest.raises(ValueError, match="n > seq = 12"):
+        P.training_batch(torch.arange(12), 2, 12)
+    with pytest.raises(TypeError, match="tokens must be a LongTensor"):
+        P.training_batch(torch.arange(12.0), 2, 4)
+    with pytest.raises(ValueError, match=r"tokens must have shape \(n,\)"):
+        P.training_batch(torch.arange(12)[None], 2, 4)
+    with pytest.raises(ValueError, match="batch must be >= 1"):
+        P.training_batch(torch.arange(12), 0, 4)
+    with pytest.raises(TypeError, match="generator must be a torch.Generator"):
+        P.training_batch(torch.arange(12), 2, 4, 0)
+
+
 # ---------------------------------------------------------------------------- head scores
 
 

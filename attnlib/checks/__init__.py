@@ -89,6 +89,7 @@ __all__ = [
 # imported here by name (tests/test_layout.py checks that none is missing), so that the
 # import graph shows them.
 from attnlib.checks import (  # noqa: E402, F401 - imported to register their exercises
+    ex_ablation,
     ex_attention,
     ex_backprop,
     ex_block,

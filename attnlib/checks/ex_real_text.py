@@ -1,39 +1,34 @@
-"""Exercises of lesson 16: finding heads in a trained model by measurement.
+"""Exercise 16.1 of lesson 16: finding an induction head in a trained model by measurement.
 
 * ``prefix_matching_score(weights, period) -> (n_heads,)`` : on a block of ``period`` tokens
   seen twice, the mean weight each head puts, from a query t >= period, on key
   ``t - period + 1`` — the token *after* the earlier occurrence of the query's token (an
   induction head's signature); the lesson asks the learner to derive that key and the
-  queries that count;
-* ``first_position_share(weights) -> (n_heads,)`` : the mean weight each head puts on
-  key 0 from the queries t = 1 .. seq-1 (query 0 can see nothing else, so it tells nothing),
-  divided by what uniform causal attention puts there from the same queries (1/(t+1) at
-  query t): 1 means no preference, an attention sink scores far above it. The learner
-  derives both the queries and the uniform baseline.
+  queries that count.
 
-Both scores are linear in the causal attention maps (batch, n_heads, seq, seq) they read,
-in which batch, n_heads and seq all differ, so the inference reads which cells a learner's
+The score is linear in the causal attention maps (batch, n_heads, seq, seq) it reads, in
+which batch, n_heads and seq all differ, so the inference reads which cells a learner's
 function uses, and with what coefficients, from one-hot probes
 (:func:`attnlib.checks.measure.linear_map`), then names the reading: the key offset (the
 earlier token itself), queries from the first block (wrapped negative keys, or the block's
 last query read by a diagonal one too long) or the second block's first query left out,
-query and key axes swapped, query 0 counted (its only key, the diagonal, always 1), a batch
-read only at sequence 0, a mean over the heads, or a sum; for the first-position score also
-the divisor the coefficients imply (none, 1/seq as if every key were visible, the uniform
-side averaged over query 0 too) and coefficients growing with t + 1 (a mean of per-query
-ratios).
+query and key axes swapped, a batch read only at sequence 0, a mean over the heads, or a
+sum.
 
-References are written here, apart from :mod:`attnlib.tasks.plays` (which learners must not
-call); ``tests/test_ex_real_text.py`` proves them equal to it and to explicit loops.
+Lesson 16's other exercise, ``ablate_head``, is in :mod:`attnlib.checks.ex_ablation`. (The
+first-position score of an earlier version of the lesson was retired with its exercise:
+the lesson measures attention sinks with :func:`attnlib.tasks.plays.head_scores`.)
+
+The reference is written here, apart from :mod:`attnlib.tasks.plays` (which learners must
+not call); ``tests/test_ex_real_text.py`` proves it equal to it and to explicit loops.
 """
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from attnlib.checks._core import Case, Exercise, Finding, Misconception, register
-from attnlib.checks.measure import fmt, linear_map
+from attnlib.checks.measure import linear_map
 
 _PROBE = (2, 3, 7)  # batch, n_heads, seq: all different
 _PERIOD = 3  # the probe's period for prefix matching
@@ -101,7 +96,7 @@ def _read(learner, *extra):
 
 
 def _batch_head_findings(over_heads, first_only) -> list[Finding]:
-    """The findings both scores share: only sequence 0 read, or the heads averaged."""
+    """The findings of how the score reduces: only sequence 0 read, or the heads averaged."""
     batch, n_heads, _ = _PROBE
     found = []
     if first_only:
@@ -382,311 +377,6 @@ register(
                 "score average?",
             ),
             *_shared(_pm_build),
-        ),
-    )
-)
-
-
-# ----------------------------------------------------------------------------------------
-# first_position_share(weights) -> (n_heads,): key 0's share against uniform attention's
-# ----------------------------------------------------------------------------------------
-
-
-def _fp_reference(weights):
-    seq = weights.shape[-1]
-    t = torch.arange(1, seq, dtype=weights.dtype)  # the queries that have a choice
-    share = weights[:, :, 1:, 0].mean(dim=(0, 2))  # (n_heads,)
-    return share / (1.0 / (t + 1)).mean()  # uniform causal attention: 1/(t+1) on key 0
-
-
-def _fp_pairs(seq, *, first="skip", swap=False):
-    start = 0 if first == "count" else 1
-    return [((0, t) if swap else (t, 0)) for t in range(start, seq)]
-
-
-_BASELINES = ("causal", "all_queries", "all_keys", "none")
-
-
-def _fp_build(
-    *, first="skip", swap=False, batch="all", reduce="mean", baseline="causal", per_query=False
-):
-    """A first-position score with the given choices; the defaults give the correct one.
-
-    ``first`` "count" also reads query 0 (its only key, on the diagonal, weight 1);
-    ``swap`` reads row 0 (query 0's weights) instead of column 0; ``batch`` "first";
-    ``reduce`` "mean", "sum" or "heads"; ``baseline`` what the head's mean is divided by:
-    "causal" (uniform causal attention's mean weight on key 0 over the same queries,
-    1/(t+1) at query t), "all_queries" (that mean over every query, query 0 included),
-    "all_keys" (1/seq: uniform over every key, the mask ignored) or "none"; ``per_query``
-    divides each query's weight by its own 1/(t+1) and averages the ratios.
-    """
-
-    def fn(weights):
-        seq = weights.shape[-1]
-        pairs = _fp_pairs(seq, first=first, swap=swap)
-        rows = torch.tensor([q for q, _ in pairs])
-        cols = torch.tensor([k for _, k in pairs])
-        w = weights[:1] if batch == "first" else weights
-        t = torch.tensor([k if swap else q for q, k in pairs], dtype=weights.dtype)
-        cells = w[:, :, rows, cols]  # (batch, n_heads, queries read)
-        if per_query:
-            return _reduce(cells * (t + 1), w, reduce)
-        base = {
-            "causal": (1.0 / (t + 1)).mean(),
-            "all_queries": (1.0 / torch.arange(1, seq + 1, dtype=weights.dtype)).mean(),
-            "all_keys": 1.0 / seq,
-            "none": 1.0,
-        }[baseline]
-        return _reduce(cells, w, reduce) / base
-
-    return fn
-
-
-def _fp_cases() -> list[Case]:
-    return [
-        Case(f"batch {b}, n_heads {h}, seq {s}", (_causal_weights(seed, b, h, s),))
-        for seed, b, h, s in ((1621, 4, 2, 7), (1622, 3, 5, 9), (1623, 6, 3, 5))
-    ]
-
-
-def _fp_hidden_cases() -> list[Case]:
-    return [
-        Case(f"hidden: batch {b}, n_heads {h}, seq {s}", (_causal_weights(seed, b, h, s),))
-        for seed, b, h, s in ((1631, 7, 4, 11), (1632, 2, 3, 6))
-    ]
-
-
-def _fp_read(learner):
-    """(queries, swap, over_heads, first_only, n_cells, coefficient, per_query) of a linear
-    first-position score, measured on one-hot probes; None for any other reading."""
-    batch, n_heads, seq = _PROBE
-    read = linear_map(learner, (batch, n_heads, seq, seq), seed=1698)
-    if read is None:
-        return None
-    coef_all, out_shape = read
-    if out_shape not in ((n_heads,), (batch,)):
-        return None
-    over_heads = out_shape == (batch,)
-    coef = coef_all[0].reshape(batch, n_heads, seq, seq)  # what output 0 reads
-    cells = [tuple(int(i) for i in c) for c in zip(*coef.nonzero(), strict=True)]
-    if not cells:
-        return None
-    heads, batches = {c[1] for c in cells}, {c[0] for c in cells}
-    if over_heads:
-        if heads != set(range(n_heads)) or batches != {0}:
-            return None
-        first_only = False
-    else:
-        if heads != {0} or batches not in ({0}, set(range(batch))):
-            return None
-        first_only = batches == {0} and batch > 1
-    b0, h0 = cells[0][0], cells[0][1]
-    mine = sorted((q, k) for b, h, q, k in cells if b == b0 and h == h0)
-    if all(k == 0 for _, k in mine):
-        swap, queries = False, [q for q, _ in mine]
-    elif all(q == 0 for q, _ in mine):
-        swap, queries = True, [k for _, k in mine]
-    else:
-        return None
-    if queries not in (list(range(1, seq)), list(range(seq))):
-        return None
-    values = np.array([float(coef[b0, h0, q, k]) for q, k in mine])
-    others = [float(coef[c]) for c in cells]
-    per_query = False
-    if max(others) - min(others) > 1e-6 * abs(others[0]):
-        ratio = values / (np.array(queries) + 1.0)
-        if np.abs(ratio - ratio[0]).max() > 1e-6 * abs(ratio[0]):
-            return None
-        per_query, c = True, float(ratio[0])
-    else:
-        c = float(values[0])
-    return queries, swap, over_heads, first_only, len(cells), c, per_query
-
-
-def _fp_baseline(queries, seq, n, c, per_query):
-    """(reduce, baseline) that give coefficient ``c`` on ``n`` cells, or None."""
-    if per_query:
-        candidates = {"causal": 1.0}  # each weight times (t + 1): no division after
-    else:
-        candidates = {
-            "causal": float(np.mean([1.0 / (t + 1) for t in queries])),
-            "all_queries": float(np.mean([1.0 / (t + 1) for t in range(seq)])),
-            "all_keys": 1.0 / seq,
-            "none": 1.0,
-        }
-    for reduce in ("mean", "sum"):
-        base = 1.0 / (c * n) if reduce == "mean" else 1.0 / c
-        for name, value in candidates.items():
-            if abs(base / value - 1.0) <= 1e-6:
-                return reduce, name
-    return None
-
-
-def _infer_fp(learner) -> list[Finding]:
-    read = _fp_read(learner)
-    if read is None:
-        return []
-    queries, swap, over_heads, first_only, n, c, per_query = read
-    batch, n_heads, seq = _PROBE
-    how = _fp_baseline(queries, seq, n, c, per_query)
-    if how is None:
-        return []
-    reduce, baseline = how
-    found = []
-    if queries[0] == 0:
-        found.append(
-            Finding(
-                "includes-first-query",
-                f"with seq {seq}, your score also reads weights[b, h, 0, 0]: query 0, whose "
-                "only key is itself (the diagonal), with weight 1 in every head.",
-            )
-        )
-    if swap:
-        found.append(
-            Finding(
-                "query-key-swapped",
-                f"with seq {seq}, your score reads row 0 (weights[b, h, 0, t]: query 0's "
-                "weights on keys it cannot see, all 0 in a causal map).",
-            )
-        )
-    uniform = {
-        "none": "a head that attends uniformly gets its plain mean weight on key 0, "
-        f"{fmt(float(np.mean([1.0 / (t + 1) for t in queries])))} at seq {seq}, not 1",
-        "all_keys": f"your score divides the head's mean weight on key 0 by 1/{seq} = "
-        f"{fmt(1.0 / seq)} at seq {seq}",
-        "all_queries": f"at seq {seq} your score divides the head's mean weight on key 0 by "
-        f"{fmt(float(np.mean([1.0 / (t + 1) for t in range(seq)])))}, the mean of "
-        f"1/(t+1) over queries 0 .. {seq - 1}, while the head's side reads queries "
-        f"{queries[0]} .. {seq - 1}",
-    }
-    ids = {
-        "none": "not-relative-to-uniform",
-        "all_keys": "uniform-over-all-keys",
-        "all_queries": "baseline-includes-query-0",
-    }
-    if baseline in ids and not (baseline == "all_queries" and queries[0] == 0):
-        found.append(Finding(ids[baseline], uniform[baseline] + "."))
-    if per_query:
-        found.append(
-            Finding(
-                "ratio-per-query",
-                f"with seq {seq}, your score counts query t's weight on key 0 with a "
-                f"coefficient proportional to t + 1: query {queries[-1]} counts "
-                f"{fmt((queries[-1] + 1) / (queries[0] + 1))} times as much as query "
-                f"{queries[0]}.",
-            )
-        )
-    found += _batch_head_findings(over_heads, first_only)
-    if reduce == "sum":
-        found.append(
-            Finding(
-                "sum-not-mean",
-                f"each of the {n} weights your score reads counts with the same coefficient "
-                f"whatever their number: the head's side is a sum over them, not a mean.",
-            )
-        )
-    return found
-
-
-register(
-    Exercise(
-        name="first_position_share",
-        summary="first_position_share(weights) -> (n_heads,): each head's mean weight on key "
-        "0, from the queries that have a choice, divided by uniform causal attention's mean "
-        "weight on key 0 from the same queries",
-        reference=_fp_reference,
-        make_cases=_fp_cases,
-        make_hidden_cases=_fp_hidden_cases,
-        forbidden=("attnlib.tasks.plays.attention_on",),
-        infer=_infer_fp,
-        build=_fp_build,
-        exclusive=(
-            *_SHARED_EXCLUSIVE,
-            # counting query 0 on both sides is one mistake, not two
-            frozenset({"includes-first-query", "baseline-includes-query-0"}),
-            # a ratio per query has no separate baseline to get wrong
-            frozenset({"ratio-per-query", "not-relative-to-uniform"}),
-            frozenset({"ratio-per-query", "uniform-over-all-keys"}),
-            frozenset({"ratio-per-query", "baseline-includes-query-0"}),
-        ),
-        misconceptions=(
-            Misconception(
-                "includes-first-query",
-                "Query 0 is counted: it can only see itself, so its weight on key 0 is 1 in "
-                "every head (and under uniform attention too): it says nothing about what a "
-                "head prefers. Only the queries 1 to seq - 1 have a choice.",
-                (_fp_build(first="count"),),
-                {"first": "count"},
-                question="What weight does query 0 put on key 0, in any head? What does "
-                "counting it tell you about a head?",
-            ),
-            Misconception(
-                "query-key-swapped",
-                "Rows are queries and columns are keys: the first row is query 0's weights "
-                "over the keys, not the weight every query puts on key 0, which is the first "
-                "column.",
-                (_fp_build(swap=True),),
-                {"swap": True},
-                question="Your score reads the weights of query 0 only. Which cells hold the "
-                "weight each query puts on key 0?",
-            ),
-            Misconception(
-                "not-relative-to-uniform",
-                "The head's mean weight on key 0 is not divided by uniform attention's. Under "
-                "a causal mask uniform attention puts 1/(t + 1) on key 0 from query t; the "
-                "score divides the head's mean by the mean of these over the same queries, "
-                "so that 1 means no preference for the first position.",
-                (_fp_build(baseline="none"),),
-                {"baseline": "none"},
-                question="What would your function return for a head that attends uniformly "
-                "to every key it can see? What should it return?",
-            ),
-            Misconception(
-                "uniform-over-all-keys",
-                "The uniform baseline is taken as 1/seq, as if every query saw all seq keys. "
-                "Under a causal mask query t sees only t + 1 keys, so uniform attention puts "
-                "1/(t + 1) on key 0: far more than 1/seq for the early queries.",
-                (_fp_build(baseline="all_keys"),),
-                {"baseline": "all_keys"},
-                question="For a head that attends uniformly your score is not 1. How many "
-                "keys can query t see under a causal mask, and what weight does uniform "
-                "attention give each of them?",
-            ),
-            Misconception(
-                "baseline-includes-query-0",
-                "Uniform attention's side averages over every query, query 0 included (weight "
-                "1 there), while the head's side leaves query 0 out. Both sides average over "
-                "the same queries, 1 to seq - 1.",
-                (_fp_build(baseline="all_queries"),),
-                {"baseline": "all_queries"},
-                question="For a head that attends uniformly your score is not 1. Over which "
-                "queries does the head's side average, and over which the uniform side?",
-            ),
-            Misconception(
-                "ratio-per-query",
-                "Each query's weight is divided by its own uniform weight 1/(t + 1) and the "
-                "ratios averaged, so late queries, whose uniform weight is small, count many "
-                "times more than early ones. The score is the ratio of the two means: the "
-                "head's mean weight on key 0 over uniform attention's mean weight on key 0.",
-                (_fp_build(per_query=True),),
-                {"per_query": True},
-                question="In your score, a late query's weight on key 0 counts more than an "
-                "early query's. Should it? In which order did you take the mean and the "
-                "ratio?",
-            ),
-            *_shared(
-                _fp_build,
-                {
-                    "sum-not-mean": (
-                        "The head's weights on key 0 are summed while uniform attention's "
-                        "side is a mean: a sum over n weights is n times their mean, so the "
-                        "ratio grows with the batch and the sequence length. Take both sides "
-                        "as means over the same queries.",
-                        "Your score grows with the batch size and the sequence length. Are "
-                        "the head's side and the uniform side the same kind of average?",
-                    )
-                },
-            ),
         ),
     )
 )

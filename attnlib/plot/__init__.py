@@ -98,6 +98,10 @@ from attnlib.plot._learning import (  # noqa: E402
 
 __all__ += ["entropy_curve", "grad_norm_curves", "learning_curves"]
 
+from attnlib.plot._live import LiveCurve  # noqa: E402
+
+__all__ += ["LiveCurve"]
+
 # Lesson 05: how wide must a tied K = V head be; key and value spaces.
 from attnlib.plot._lookup import feature_spaces, width_sweep  # noqa: E402
 

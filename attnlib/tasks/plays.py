@@ -20,8 +20,9 @@ second time, :func:`repeat_passages`), so that lesson 16 can compare what each l
   :func:`attention_on` (the share of attention on chosen keys: the first position, or
   newlines — attention sinks); :func:`head_scores` measures all of them for every head of
   a model (:class:`HeadScores`), on :func:`repeated_random_text` and on the held-out play;
-* :func:`repeat_passages` — the copy recipe's windows; :func:`train_model` (seeded, on one
-  thread, Adam with linear warm-up and cosine decay), :func:`save_weights`,
+* :func:`training_batch` — random windows of the training plays, as every step draws
+  them; :func:`repeat_passages` — the copy recipe's windows; :func:`train_model` (seeded,
+  on one thread, Adam with linear warm-up and cosine decay), :func:`save_weights`,
   :func:`load_model`, :func:`write_log`, :func:`read_log`, :func:`read_results`.
 
 Run ``python -m attnlib.tasks.plays --train`` to retrain both models (side by side, one
@@ -88,6 +89,7 @@ __all__ = [
     "attention_on",
     "repeated_random_text",
     "repeat_passages",
+    "training_batch",
     "HeadScores",
     "head_scores",
     "train_model",
@@ -511,6 +513,50 @@ def learning_rate(step: int, training: dict = TRAINING) -> float:
     return lr * (training["final"] + (1 - training["final"]) * cosine)
 
 
+def training_batch(
+    tokens: torch.Tensor, batch: int, seq: int, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """``batch`` windows of ``seq + 1`` consecutive tokens at random starts: one training
+    step's inputs (``[:, :-1]``) and next-token targets (``[:, 1:]``).
+
+    The starts are ``torch.randint(0, n - seq, (batch,), generator=generator)``, one call
+    per batch: the draw :func:`train_model` makes at every step (so that a loop calling it
+    with the recipe's seed reads the shipped model's windows).
+
+    Parameters
+    ----------
+    tokens : LongTensor of shape (n,), n > seq
+        E.g. :func:`training_tokens`.
+    batch, seq : int, >= 1
+    generator : torch.Generator, optional
+        Default: torch's global generator.
+
+    Returns
+    -------
+    LongTensor of shape (batch, seq + 1)
+
+    Examples
+    --------
+    >>> training_batch(torch.arange(100), 2, 4, torch.Generator().manual_seed(0))
+    tensor([[44, 45, 46, 47, 48],
+            [15, 16, 17, 18, 19]])
+    """
+    fn = "training_batch"
+    check_array(fn, "tokens", tokens, only="torch")
+    batch = check_int(fn, "batch", batch, minimum=1)
+    seq = check_int(fn, "seq", seq, minimum=1)
+    if tokens.dtype != torch.long:
+        raise TypeError(f"{fn}: tokens must be a LongTensor (n,), got dtype {tokens.dtype}")
+    if tokens.ndim != 1 or tokens.numel() <= seq:
+        raise ValueError(
+            f"{fn}: tokens must have shape (n,) with n > seq = {seq}, got {tuple(tokens.shape)}"
+        )
+    if generator is not None:
+        check_instance(fn, "generator", generator, torch.Generator, "a torch.Generator or None")
+    starts = torch.randint(0, len(tokens) - seq, (batch,), generator=generator)  # (batch,)
+    return torch.stack([tokens[s : s + seq + 1] for s in starts.tolist()])
+
+
 def _new_model(vocab_size: int) -> GPT:
     return GPT(vocab_size, **CONFIG)
 
@@ -519,13 +565,13 @@ def train_model(training: dict = TRAINING, *, progress: bool = False, path=CORPU
     """Train a fresh :class:`attnlib.gpt.GPT` of :data:`CONFIG` on the training plays.
 
     Each step takes ``batch`` windows of ``max_len + 1`` characters at random starts in
-    the training plays (a seeded generator), gives the first ``round(repeats · batch)`` of
-    them a repeated passage (:func:`repeat_passages`, drawing from the same generator; none
-    when ``repeats`` is 0) and minimises the mean next-character loss with
-    Adam, :func:`learning_rate`'s schedule and gradient clipping. Every ``eval_every`` steps
-    and at the last, the log records the validation loss on ``EVAL_WINDOWS`` windows of the
-    held-out play and the highest prefix-matching score of any head. One thread, seeded:
-    the same run on every machine up to float rounding.
+    the training plays (:func:`training_batch`, a seeded generator), gives the first
+    ``round(repeats · batch)`` of them a repeated passage (:func:`repeat_passages`, drawing
+    from the same generator; none when ``repeats`` is 0) and minimises the mean
+    next-character loss with Adam, :func:`learning_rate`'s schedule and gradient clipping.
+    Every ``eval_every`` steps and at the last, the log records the validation loss on
+    ``EVAL_WINDOWS`` windows of the held-out play and the highest prefix-matching score of
+    any head. One thread, seeded: the same run on every machine up to float rounding.
 
     Parameters
     ----------
@@ -571,10 +617,7 @@ def train_model(training: dict = TRAINING, *, progress: bool = False, path=CORPU
                 lr = learning_rate(i, training)
                 for group in opt.param_groups:
                     group["lr"] = lr
-                starts = torch.randint(
-                    0, len(train_tokens) - seq, (training["batch"],), generator=gen
-                )
-                x = torch.stack([train_tokens[s : s + seq + 1] for s in starts.tolist()])
+                x = training_batch(train_tokens, training["batch"], seq, gen)  # (batch, seq + 1)
                 if n_repeats:
                     x = repeat_passages(x, n_repeats, training["repeat_lengths"], generator=gen)
                 logits = model(x[:, :-1])  # (batch, seq, vocab)
