@@ -178,3 +178,18 @@ def test_new_axes_and_course_style():
 def test_errors(call, pattern):
     with pytest.raises(ValueError, match=re.escape(pattern)):
         call()
+
+
+def test_live_curve_keeps_every_point_and_refuses_more_after_close():
+    curve = plot.LiveCurve(xlabel="step", ylabel="loss", label="run", every=3, xlim=(0, 10))
+    for step in range(8):  # 8 points: redrawn after 3 and 6, the last two only by close()
+        curve.add(step, 4.0 - 0.1 * step)
+    assert len(curve.line.get_xdata()) == 6
+    ax = curve.close()
+    assert list(ax.lines[0].get_xdata()) == list(range(8))
+    assert ax.get_xlim() == (0.0, 10.0)  # a fixed range stays fixed while the curve grows
+    with pytest.raises(RuntimeError, match="closed"):
+        curve.add(9, 3.0)
+    with pytest.raises(ValueError, match="every"):
+        plot.LiveCurve(xlabel="x", ylabel="y", label="z", every=0)
+    plt.close("all")

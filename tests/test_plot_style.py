@@ -189,6 +189,7 @@ def sample_figures():
                 np.arange(1, 25), {"full": np.ones(24), "window": rng.random(24)}, window=8
             ),
         ),
+        ("live_curve", lambda: _live_curve(rng.random(50) + 2.0)),
         (
             "cache_bars",
             lambda: plot.cache_bars(
@@ -196,6 +197,20 @@ def sample_figures():
             ),
         ),
     ]
+
+
+def _live_curve(losses):
+    curve = plot.LiveCurve(
+        xlabel="step",
+        ylabel="loss",
+        label="this run",
+        every=7,
+        reference=3.4,
+        reference_label="unigram baseline",
+    )
+    for step, loss in enumerate(losses):
+        curve.add(step, loss)
+    return curve.close()
 
 
 SAMPLES = sample_figures()
