@@ -6,6 +6,10 @@ things to it, each read through a LayerNorm first (pre-LN, as GPT-2 does)::
     x = x + attn(ln_1(x))      # causal multi-head self-attention
     x = x + mlp(ln_2(x))       # a two-layer MLP applied to each position on its own
 
+The 2017 Transformer's post-LN block, ``x = ln_1(x + attn(x))``, ``x = ln_2(x + mlp(x))``,
+and a block without LayerNorms are options (``norm="post"``, ``norm="none"``), for
+measuring what each part does; GPT-2 has neither.
+
 * :func:`layer_norm` and :class:`LayerNorm` — each position's features rescaled to mean 0
   and variance 1, then by a learned gain and bias (checked against ``torch.nn.LayerNorm``);
 * :func:`gelu_tanh` — GPT-2's GELU, the tanh approximation (Hugging Face's ``gelu_new``);
@@ -14,7 +18,8 @@ things to it, each read through a LayerNorm first (pre-LN, as GPT-2 does)::
   ``W_o`` (:func:`attnlib.attend` on all heads), dropout on the attention weights, and a
   :class:`attnlib.kv_cache.KVCache` for decoding;
 * :class:`DecoderBlock` — ``ln_1``, ``attn``, ``ln_2``, ``mlp``: the names of nanoGPT and of
-  Hugging Face's GPT-2, so that a weight copy reads as a table (:mod:`attnlib.gpt`).
+  Hugging Face's GPT-2, so that a weight copy reads as a table (:mod:`attnlib.gpt`);
+  :data:`NORMS` — where its LayerNorms sit: ``"pre"`` (GPT-2's), ``"post"``, ``"none"``.
 
 The model built from these blocks, and its copy into Hugging Face's GPT-2, is
 :mod:`attnlib.gpt`.
@@ -46,6 +51,7 @@ from attnlib.kv_cache import KVCache
 
 __all__ = [
     "LAYER_NORM_EPS",
+    "NORMS",
     "layer_norm",
     "gelu_tanh",
     "LayerNorm",
@@ -55,6 +61,9 @@ __all__ = [
 ]
 
 LAYER_NORM_EPS = 1e-5  # GPT-2's layer_norm_epsilon, and torch.nn.LayerNorm's default eps
+# Where a DecoderBlock's LayerNorms sit: "pre" normalises what each sublayer reads (GPT-2),
+# "post" the stream after each addition (the 2017 Transformer), "none" nowhere.
+NORMS = ("pre", "post", "none")
 
 
 # ----------------------------------------------------------------------------------------
@@ -277,6 +286,13 @@ class MLP(nn.Module):
         return self.dropout(self.c_proj(h))  # (..., d_model)
 
 
+def check_norm(fn: str, norm) -> str:
+    """``norm`` one of :data:`NORMS`; returns it."""
+    if not isinstance(norm, str) or norm not in NORMS:
+        raise ValueError(f"{fn}: norm must be one of {NORMS}, got {norm!r}")
+    return norm
+
+
 def _check_p(fn: str, name: str, p) -> float:
     """A dropout probability in [0, 1)."""
     p = check_number(fn, name, p, minimum=0.0)
@@ -415,7 +431,12 @@ class DecoderBlock(nn.Module):
     normalised copy of it and *add* their output. With ``residual=False`` the two
     additions are dropped (``x = attn(ln_1(x))``, ``x = mlp(ln_2(x))``) — a deliberately
     broken block for measuring what the residual path does to gradients
-    (:func:`attnlib.gpt.stream_gradients`).
+    (:func:`attnlib.gpt.stream_gradients`) and to training.
+
+    ``norm`` moves the LayerNorms: ``"post"`` is the 2017 Transformer's block, which
+    normalises the stream itself after each addition (``x = ln_1(x + attn(x))``, ``x =
+    ln_2(x + mlp(x))``); ``"none"`` makes ``ln_1`` and ``ln_2`` identities. GPT-2's block
+    is the default, ``"pre"``.
 
     Parameters
     ----------
@@ -429,12 +450,14 @@ class DecoderBlock(nn.Module):
     eps : float, default 1e-5
         The LayerNorms' epsilon.
     residual : bool, default True
+    norm : {"pre", "post", "none"}, default "pre"
+        Where the LayerNorms sit (:data:`NORMS`).
 
     Attributes
     ----------
-    ln_1 : LayerNorm
+    ln_1 : LayerNorm (nn.Identity with ``norm="none"``)
     attn : GPTAttention
-    ln_2 : LayerNorm
+    ln_2 : LayerNorm (nn.Identity with ``norm="none"``)
     mlp : MLP
 
     See Also
@@ -448,6 +471,10 @@ class DecoderBlock(nn.Module):
     ['ln_1', 'attn', 'ln_2', 'mlp']
     >>> block(torch.randn(1, 5, 8)).shape
     torch.Size([1, 5, 8])
+    >>> post = DecoderBlock(d_model=8, n_heads=2, norm="post")
+    >>> y = post(torch.randn(1, 5, 8))                   # the stream itself is normalised
+    >>> bool(y.mean(-1).abs().max() < 1e-5)
+    True
     """
 
     def __init__(
@@ -460,12 +487,18 @@ class DecoderBlock(nn.Module):
         dropout: float = 0.0,
         eps: float = LAYER_NORM_EPS,
         residual: bool = True,
+        norm: str = "pre",
     ):
         super().__init__()
         check_instance("DecoderBlock", "residual", residual, bool, "a bool")
-        self.ln_1 = LayerNorm(d_model, eps)
+        self.norm = check_norm("DecoderBlock", norm)
+
+        def ln() -> nn.Module:
+            return nn.Identity() if norm == "none" else LayerNorm(d_model, eps)
+
+        self.ln_1 = ln()
         self.attn = GPTAttention(d_model, n_heads, attn_dropout=attn_dropout, dropout=dropout)
-        self.ln_2 = LayerNorm(d_model, eps)
+        self.ln_2 = ln()
         self.mlp = MLP(d_model, d_ff, dropout=dropout)
         self.residual = residual
 
@@ -479,6 +512,12 @@ class DecoderBlock(nn.Module):
         ``cache`` and ``return_weights`` are :meth:`GPTAttention.forward`'s; with
         ``return_weights`` the result is ``(x, weights)``.
         """
+        if self.norm == "post":  # the 2017 Transformer: normalise the stream after each addition
+            a, w = self.attn(x, cache, return_weights=True)  # (batch, seq_new, d_model)
+            x = self.ln_1(x + a if self.residual else a)
+            m = self.mlp(x)  # (batch, seq_new, d_model)
+            x = self.ln_2(x + m if self.residual else m)
+            return (x, w) if return_weights else x
         a, w = self.attn(self.ln_1(x), cache, return_weights=True)  # (batch, seq_new, d_model)
         x = x + a if self.residual else a
         m = self.mlp(self.ln_2(x))  # (batch, seq_new, d_model)

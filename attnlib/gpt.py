@@ -2,8 +2,11 @@
 
 * :class:`GPT` — token embeddings ``wte`` plus learned positions ``wpe``, the blocks ``h``,
   a final LayerNorm ``ln_f`` and ``lm_head``, whose weight *is* ``wte``'s (tied
-  embeddings); :meth:`GPT.new_caches` gives one :class:`attnlib.kv_cache.KVCache` per block,
-  and :func:`attnlib.decoder.generate` decodes greedily with or without them;
+  embeddings), started as GPT-2 is (std 0.02, the writes into the stream at 0.02/√(2L));
+  :meth:`GPT.new_caches` gives one :class:`attnlib.kv_cache.KVCache` per block, and
+  :func:`attnlib.decoder.generate` decodes greedily with or without them. Its
+  ``residual=False``, ``norm="post"`` and ``norm="none"`` are the variants lesson 15
+  measures (:mod:`attnlib.tasks.block_variants`);
 * :func:`gpt2_config` and :func:`gpt2_state_dict` — the same model as Hugging Face's
   ``GPT2LMHeadModel``: its config and its weights under GPT-2's names (``tests/
   test_hf_equivalence.py`` proves the logits, the cached keys and values and the generated
@@ -25,7 +28,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from attnlib._validate import check_array, check_instance, check_int, check_number, validated
-from attnlib.block import LAYER_NORM_EPS, DecoderBlock, LayerNorm
+from attnlib.block import LAYER_NORM_EPS, DecoderBlock, LayerNorm, check_norm
 from attnlib.kv_cache import KVCache
 
 __all__ = ["GPT", "gpt2_config", "gpt2_state_dict", "run_gpt2", "stream_gradients"]
@@ -35,9 +38,11 @@ class GPT(nn.Module):
     """A small GPT: embeddings, ``n_layers`` pre-LN decoder blocks, a tied unembedding.
 
     ``logits = lm_head(ln_f(h[L-1](... h[0](drop(wte(tokens) + wpe(positions))))))`` with
-    ``lm_head.weight is wte.weight``. Weights start as GPT-2's do: normal with std 0.02,
+    ``lm_head.weight is wte.weight``. Weights start as GPT-2's do (transformers 5.23.0's
+    ``GPT2PreTrainedModel._init_weights``, nanoGPT's ``GPT.__init__``): normal with std 0.02,
     biases 0, LayerNorm gains 1, and the two projections that write into the residual
-    stream (``attn.W_o``, ``mlp.c_proj``) with std ``0.02 / sqrt(2 · n_layers)``.
+    stream (``attn.W_o``, ``mlp.c_proj``; GPT-2's ``attn.c_proj`` and ``mlp.c_proj``) with
+    std ``0.02 / sqrt(2 · n_layers)``: the stream is a sum of ``2 · n_layers`` such writes.
 
     Parameters
     ----------
@@ -51,19 +56,25 @@ class GPT(nn.Module):
     attn_dropout : float, default 0.0
         Dropout on the attention weights (GPT-2's ``attn_pdrop``), training mode only.
     dropout : float, default 0.0
-        Dropout on the embeddings and on what every attention and MLP adds to the stream
-        (GPT-2's ``embd_pdrop`` and ``resid_pdrop``), training mode only.
+        Dropout on the embeddings (``drop``, GPT-2's ``embd_pdrop``) and on what every
+        attention and MLP adds to the stream (their ``resid_dropout`` and ``dropout``,
+        GPT-2's ``resid_pdrop``), training mode only.
     eps : float, default 1e-5
         The LayerNorms' epsilon.
     residual : bool, default True
-        False drops the blocks' residual additions (for :func:`stream_gradients` only).
+        False drops the blocks' residual additions (to measure what they do).
+    norm : {"pre", "post", "none"}, default "pre"
+        Where the blocks' LayerNorms sit (:class:`attnlib.block.DecoderBlock`). ``"pre"``
+        (GPT-2) ends with the final LayerNorm ``ln_f``; ``"post"`` (the 2017 Transformer,
+        GPT-1) and ``"none"`` have none (``ln_f`` is an identity): a post-LN stream leaves
+        its last block normalised already.
 
     Attributes
     ----------
     wte : nn.Embedding (vocab_size, d_model)
     wpe : nn.Embedding (max_len, d_model)
     h : nn.ModuleList of DecoderBlock
-    ln_f : LayerNorm
+    ln_f : LayerNorm (nn.Identity unless ``norm="pre"``)
     lm_head : nn.Linear d_model -> vocab_size, no bias, weight shared with ``wte``
     head : the same module as ``lm_head`` (the name :func:`attnlib.decoder.generate` reads)
 
@@ -100,9 +111,12 @@ class GPT(nn.Module):
         dropout: float = 0.0,
         eps: float = LAYER_NORM_EPS,
         residual: bool = True,
+        norm: str = "pre",
     ):
         super().__init__()
         fn = "GPT"
+        check_instance(fn, "residual", residual, bool, "a bool")
+        norm = check_norm(fn, norm)
         self.vocab_size = check_int(fn, "vocab_size", vocab_size, minimum=1)
         self.n_layers = check_int(fn, "n_layers", n_layers, minimum=1)
         self.max_len = check_int(fn, "max_len", max_len, minimum=1)
@@ -124,17 +138,18 @@ class GPT(nn.Module):
                 dropout=dropout,
                 eps=eps,
                 residual=residual,
+                norm=norm,
             )
             for _ in range(self.n_layers)
         )
-        self.drop = nn.Dropout(float(dropout))
-        self.ln_f = LayerNorm(d_model, eps)
+        self.drop = nn.Dropout(float(dropout))  # on the embeddings (GPT-2's embd_pdrop)
+        self.ln_f = LayerNorm(d_model, eps) if norm == "pre" else nn.Identity()
         self.lm_head = nn.Linear(d_model, self.vocab_size, bias=False)
         self.lm_head.weight = self.wte.weight  # tied: one matrix embeds and unembeds
         self.d_model, self.n_heads = d_model, n_heads
         self.d_head, self.d_ff = self.h[0].attn.d_head, self.h[0].mlp.c_fc.out_features
         self.attn_dropout, self.dropout, self.eps = float(attn_dropout), float(dropout), eps
-        self.residual = residual
+        self.residual, self.norm = residual, norm
         self._init_weights()
 
     @property
@@ -220,9 +235,11 @@ class GPT(nn.Module):
         return (logits, weights) if return_weights else logits
 
     def extra_repr(self) -> str:
+        extra = "" if self.residual else ", residual=False"
+        extra += "" if self.norm == "pre" else f", norm={self.norm!r}"
         return (
             f"vocab_size={self.vocab_size}, d_model={self.d_model}, n_heads={self.n_heads}, "
-            f"n_layers={self.n_layers}, max_len={self.max_len}"
+            f"n_layers={self.n_layers}, max_len={self.max_len}{extra}"
         )
 
 
@@ -251,6 +268,11 @@ def _check_model(model) -> None:
     check_instance("gpt2", "model", model, GPT, "an attnlib.gpt.GPT")
 
 
+def _refuse_other_norms(fn: str, model: GPT) -> None:
+    if model.norm != "pre":
+        raise ValueError(f"{fn}: model has norm={model.norm!r}; GPT-2's blocks are pre-LN")
+
+
 @validated(_check_model)
 def gpt2_config(model: GPT) -> dict:
     """The keyword arguments of ``transformers.GPT2Config`` for the same architecture.
@@ -262,14 +284,16 @@ def gpt2_config(model: GPT) -> dict:
     Parameters
     ----------
     model : GPT
-        With ``residual=True`` (GPT-2 has no other kind).
+        With ``residual=True`` and ``norm="pre"`` (GPT-2 has no other kind).
 
     Returns
     -------
     dict
         ``vocab_size``, ``n_positions``, ``n_embd``, ``n_layer``, ``n_head``, ``n_inner``,
-        ``activation_function="gelu_new"``, the three dropouts, ``layer_norm_epsilon``,
-        ``tie_word_embeddings=True`` and the attention-scaling flags.
+        ``activation_function="gelu_new"``, the three dropouts (``attn_pdrop`` is the
+        model's ``attn_dropout``; ``embd_pdrop`` and ``resid_pdrop`` are both its
+        ``dropout``), ``layer_norm_epsilon``, ``tie_word_embeddings=True`` and the
+        attention-scaling flags.
 
     See Also
     --------
@@ -283,6 +307,7 @@ def gpt2_config(model: GPT) -> dict:
     """
     if not model.residual:
         raise ValueError("gpt2_config: model has residual=False; GPT-2's blocks are residual")
+    _refuse_other_norms("gpt2_config", model)
     return dict(
         vocab_size=model.vocab_size,
         n_positions=model.max_len,
@@ -326,6 +351,8 @@ def gpt2_state_dict(model: GPT) -> dict[str, torch.Tensor]:
     Parameters
     ----------
     model : GPT
+        With ``norm="pre"``: another block's weights under GPT-2's names would compute
+        something else.
 
     Returns
     -------
@@ -346,6 +373,7 @@ def gpt2_state_dict(model: GPT) -> dict[str, torch.Tensor]:
     >>> torch.equal(c_attn[:, 16:32], model.h[0].attn.W_k.weight.T)
     True
     """
+    _refuse_other_norms("gpt2_state_dict", model)
     sd = {
         "transformer.wte.weight": model.wte.weight,
         "transformer.wpe.weight": model.wpe.weight,
@@ -460,9 +488,10 @@ def stream_gradients(model: GPT, tokens: torch.Tensor, targets=None) -> torch.Te
     is the stream entering block ``l`` (the last entry: the stream entering ``ln_f``).
     The model's own ``.grad`` fields are not touched.
 
-    With residual blocks every entry is at least the gradient passed straight down the
-    skip connections; with ``residual=False`` each block multiplies it by its own
-    Jacobian, and the early blocks' entries can shrink or grow by orders of magnitude.
+    Through a residual block the gradient is ``g + Jᵀg`` (``J`` the Jacobian of what the
+    block adds): the identity passes ``g`` on, and ``Jᵀg`` can add to it or cancel part of
+    it. With ``residual=False`` each block multiplies it by its own Jacobian alone, and the
+    early blocks' entries can shrink or grow by orders of magnitude.
 
     Parameters
     ----------

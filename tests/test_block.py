@@ -306,3 +306,18 @@ def test_the_residual_path_keeps_the_gradient_of_early_blocks():
     skip, plain = with_skip / with_skip[-1], without / without[-1]
     assert 0.9 < skip.min() and skip.max() < 1.5, skip
     assert plain[0] < 0.1 and plain[:-1].max() < 0.8, plain
+
+
+def test_curves_can_put_the_legend_below_the_axes():
+    import matplotlib.pyplot as plt
+
+    from attnlib import plot
+
+    ax = plot.curves([1, 2, 3], {"a": [1, 2, 3], "b": [3, 2, 1]}, xlabel="x", ylabel="y",
+                     legend="below")  # fmt: skip
+    ax.figure.canvas.draw()
+    box = ax.get_legend().get_window_extent()
+    assert box.y1 < ax.get_window_extent().y0  # entirely under the axes
+    a, b = (t.get_window_extent() for t in ax.get_legend().get_texts())
+    assert abs(a.y0 - b.y0) < 1 and a.x1 < b.x0  # two columns: side by side
+    plt.close("all")

@@ -35,7 +35,7 @@ ONE_LINE = {
     "12": "attention ignores order until positions enter queries and keys",
     "13": 'a key that says "the token before me", written by an earlier head',
     "14": "compressed, windowed, selected and shared keys: cache bytes against accuracy",
-    "15": "LayerNorm, MLP and the residual path around attention; the same numbers as GPT-2",
+    "15": "LayerNorm, MLP, the residual path: two inits, four trained variants; equal to GPT-2",
     "16": "heads found by measurement, confirmed by ablation, in a GPT trained on Shakespeare",
 }
 

@@ -28,6 +28,7 @@ def curves(
     reference_label: str | None = None,
     integer_x: bool = False,
     title: str | None = None,
+    legend: str = "best",
     ax=None,
 ):
     """One line per entry of ``series`` against ``x``, in the course's series styles.
@@ -46,6 +47,9 @@ def curves(
     integer_x : bool, default False
         One tick per integer x (layers, blocks).
     title : str, optional
+    legend : str, default "best"
+        Where the legend goes: a matplotlib location (``"upper left"``, ...) inside the axes,
+        or ``"below"``: under them, in two columns, clear of every curve.
     ax : Axes, optional
 
     Returns
@@ -74,5 +78,8 @@ def curves(
         ax.set_ylabel(ylabel)
         if title:
             ax.set_title(title)
-        ax.legend(loc="best")
+        if legend == "below":
+            ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncols=2, frameon=False)
+        else:
+            ax.legend(loc=legend)
     return ax
