@@ -39,6 +39,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from attnlib._validate import type_name
 from attnlib.checks._core import Case, Exercise, Finding, Misconception, register
 from attnlib.checks.measure import fmt
 from attnlib.training import torch_threads
@@ -557,7 +558,7 @@ def _measure(learner) -> list[Finding]:
             else ""
         )
     except Exception as exc:  # noqa: BLE001 - a model the learner broke is a finding
-        changed = f"after your function returned, calling the model raised {type(exc).__name__}."
+        changed = f"after your function returned, calling the model raised {type_name(exc)}."
     a = out.array(0) if out.arity == 1 else None
     if a is None or a.shape != before.shape or not bool(np.isfinite(a).all()):
         return _findings(None, "logits", changed)
