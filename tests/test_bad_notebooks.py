@@ -121,12 +121,15 @@ def test_what_nbgrader_could_not_read_is_refused_before_it_tries(tmp_path, data,
     assert len(refuse) == 1 and said in refuse[0], refuse
 
 
-def test_20000_cells_are_refused_in_well_under_a_second(tmp_path):
+def test_20000_cells_are_refused_in_seconds(tmp_path):
+    # Refused from one read of the file, never executed: about 0.3 s on a quiet 2-core machine,
+    # 1.3 s measured under a full `make test`; the bound catches the pathological case (nbgrader
+    # executing 20,000 cells takes minutes), not the machine's load.
     for who, nb in (("v3", _v3(20_000)), ("v4", _v4(code_cells=20_000))):
         folder = _hand_in(tmp_path, nb, who)
         t0 = time.perf_counter()
         refuse, _ = sandbox.inspect_submission(folder)
-        assert refuse and time.perf_counter() - t0 < 1.0, who
+        assert refuse and time.perf_counter() - t0 < 10.0, who
 
 
 def test_a_refused_notebook_is_not_graded_and_nbgrader_never_runs(tmp_path, monkeypatch):
