@@ -45,7 +45,7 @@ STATE_JS = """(() => {
     path: ctx ? ctx.path : null,
     dirty: ctx ? ctx.model.dirty : null,
     kernel: panel && panel.sessionContext ? panel.sessionContext.kernelDisplayStatus : null,
-    text: document.body.innerText,
+    text: document.body ? document.body.innerText : "",  // null while a page is loading
   };
 })()"""
 
