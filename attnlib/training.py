@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from attnlib._validate import check_choice, check_int, check_number, type_name
 
-__all__ = ["History", "train", "grad_norms", "progress_bar", "torch_threads"]
+__all__ = ["History", "train", "grad_norms", "in_kernel", "progress_bar", "torch_threads"]
 
 
 @contextlib.contextmanager
@@ -106,7 +106,7 @@ def progress_bar(steps: int, desc: str = "training", enabled: bool = True) -> tq
     --------
     train : shows one.
     """
-    if enabled and _in_kernel():
+    if enabled and in_kernel():
         return _LiveBar(total=steps, desc=desc)
     return tqdm(
         total=steps,
@@ -119,7 +119,7 @@ def progress_bar(steps: int, desc: str = "training", enabled: bool = True) -> tq
     )
 
 
-def _in_kernel() -> bool:
+def in_kernel() -> bool:
     """True inside an IPython kernel (a notebook frontend is attached), False elsewhere."""
     ipython = sys.modules.get("IPython")  # never import IPython just to ask
     if ipython is None:

@@ -39,7 +39,7 @@ def in_kernel(monkeypatch):
         assert raw and display_id is True and metadata == training.PROGRESS_METADATA
         return FakeHandle(log, data)
 
-    monkeypatch.setattr(training, "_in_kernel", lambda: True)
+    monkeypatch.setattr(training, "in_kernel", lambda: True)
     monkeypatch.setattr(IPython.display, "display", display)
     return log
 
@@ -78,7 +78,7 @@ def test_disabled_bar_shows_nothing_in_a_kernel(in_kernel, capsys):
 
 
 def test_outside_a_kernel_no_display_is_made(capsys):
-    assert not training._in_kernel()
+    assert not training.in_kernel()
     with training.progress_bar(2, "plain") as bar:
         bar.update(2)
     assert "plain: 100%" in capsys.readouterr().out

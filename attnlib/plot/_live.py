@@ -10,22 +10,13 @@ Outside a kernel nothing is displayed; the figure is still drawn and returned by
 
 from __future__ import annotations
 
-import sys
-
 import matplotlib.pyplot as plt
 import numpy as np
 
 from attnlib.plot._base import course_style, fit_width, series_style
+from attnlib.training import in_kernel
 
 __all__ = ["LiveCurve"]
-
-
-def _in_kernel() -> bool:
-    ipython = sys.modules.get("IPython")  # never import IPython just to ask
-    if ipython is None:
-        return False
-    shell = ipython.get_ipython()
-    return shell is not None and getattr(shell, "kernel", None) is not None
 
 
 class LiveCurve:
@@ -84,7 +75,7 @@ class LiveCurve:
             self.ax.legend(loc="upper right")
         plt.close(self.fig)  # never shown by the inline backend at the cell's end: only here
         self._handle = None
-        if _in_kernel():
+        if in_kernel():
             from IPython.display import display
 
             self._handle = display(self.fig, display_id=True)
