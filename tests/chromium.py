@@ -159,7 +159,9 @@ class Chromium:
             for i, ev in enumerate(self._events):
                 if ev["method"] == method and ev.get("sessionId") == session:
                     return self._events.pop(i)
-            self._events.append(self._read_message(deadline))
+            message = self._read_message(deadline)
+            if "method" in message:  # not a late answer to a command that timed out
+                self._events.append(message)
 
     def new_page(self, width: int, height: int) -> Page:
         target = self.send("Target.createTarget", {"url": "about:blank"})["targetId"]

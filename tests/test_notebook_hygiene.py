@@ -123,7 +123,13 @@ def test_first_code_cell_imports_seeds_and_sets_print_options(path):
 
 
 def test_last_cell_is_the_summary(path):
-    last = load(path).cells[-1]
+    # the summary's speaker notes (the deck's summary slide, issue 38) may follow it
+    cells = [
+        c
+        for c in load(path).cells
+        if c.get("metadata", {}).get("slideshow", {}).get("slide_type") != "notes"
+    ]
+    last = cells[-1]
     assert last.cell_type == "markdown", "the last cell must be markdown (Summary)"
     assert "Summary" in last.source, "the last cell must hold the **Summary**"
     assert re.search(r"attnlib names", last.source, re.I), (
@@ -360,3 +366,31 @@ def test_lessons_from_01_have_their_graded_exercises(path):
         return
     need = MIN_GRADED.get(lesson(path), 1)
     assert len(graded) >= need, f"{path.name}: {len(graded)} graded exercises, need >= {need}"
+
+
+# --- No assert-only cells (issue 38) -----------------------------------------------------------
+
+
+def assert_only_cells(nb) -> list[int]:
+    """Code cells that are only ``assert`` statements (loops of asserts too), apart from
+    nbgrader's graded test cells and cells tagged ``check``: an assert belongs in the cell
+    that prints the number it checks (a deck leaves check cells out, and a lead-in before
+    one would dangle)."""
+    from kvstaff.lecture_deck import CHECK_TAG, is_check_cell
+
+    return [
+        i
+        for i, c in enumerate(nb.cells)
+        if c.cell_type == "code"
+        and is_check_cell(c)
+        and not c.metadata.get("nbgrader", {}).get("grade", False)
+        and CHECK_TAG not in c.metadata.get("tags", [])
+    ]
+
+
+def test_no_assert_only_cell(path):
+    bad = assert_only_cells(load(path))
+    assert not bad, (
+        f"{path.name}: cells {bad} hold only asserts: fold each into the cell that prints the "
+        "number it checks (or tag it 'check' if it is a check the learner runs)"
+    )

@@ -145,6 +145,32 @@ def sample_figures():
                 [64, 128, 256], {"no cache": [1, 2, 4], "cache": [1, 1.1, 1.2], "mqa": [1, 1, 1]}
             ),
         ),
+        (
+            "cost_curves-decades",
+            lambda: plot.cost_curves(
+                [256, 512, 1024],
+                {"a": [1, 4, 16], "b": [1, 2, 3]},
+                equal_decades=True,
+                slopes=(1, 2),
+                legend="right",
+            ),
+        ),
+        (
+            "score_tiles",
+            lambda: plot.score_tiles(
+                rng.standard_normal((8, 8)).round(1), block_q=3, block_k=3, causal=True, walk=2
+            ),
+        ),
+        (
+            "score_tiles-carried",
+            lambda: plot.score_tiles(
+                np.where(np.arange(12) < 4, -np.inf, rng.standard_normal((2, 12))),
+                block_q=2,
+                block_k=4,
+                walk=0,
+                carried=["m\nℓ"] * 3,
+            ),
+        ),
         ("position_codes", lambda: plot.position_codes(rng.uniform(-1, 1, (16, 32)))),
         (
             "score_vs_offset",

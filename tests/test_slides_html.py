@@ -34,10 +34,12 @@ from kvstaff.lecture import (
     build_slides,
     discover_lessons,
     index_html,
+    inline_markdown,
     is_check_cell,
     lecture_notebook,
     lecture_slides,
     lesson_info,
+    lesson_time,
     local_resources,
     remote_resources,
     without_solutions,
@@ -156,7 +158,30 @@ def test_index_lists_lessons_in_order():
     positions = [text.index(lesson.title) for lesson in lessons]
     assert positions == sorted(positions)
     for lesson in lessons:
-        assert lesson.time in text
+        short, full = lesson_time(lesson.path)
+        assert f'title="{html_escape(full)}">— {html_escape(short)}</span>' in text
+        assert full.startswith(lesson.time)  # the whole paragraph, not its first line
+
+
+def test_lesson_time_reads_the_whole_paragraph(tmp_path):
+    cells = [
+        "# 05 · A lesson",
+        "### Exercise 5.1\n\n**Difficulty**: ★ · **Time**: ~5 min",
+        "**Time**: ~40 minutes, and ~15 for the optional part (the core: about 24 of\n"
+        "reading and running, 18 for the two exercises).\n**Prerequisites**: lesson 04.",
+    ]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(c) for c in cells])
+    nbformat.write(nb, tmp_path / "05_x.ipynb")
+    assert lesson_time(tmp_path / "05_x.ipynb") == (
+        "~40 min + ~15 min optional",
+        "~40 minutes, and ~15 for the optional part (the core: about 24 of reading and "
+        "running, 18 for the two exercises)",
+    )
+    # lesson_info keeps the first line only: cut mid-sentence
+    assert lesson_info(tmp_path / "05_x.ipynb").time.endswith("about 24 of")
+    nb.cells[2].source = "**Time**: about three quarters of an hour"
+    nbformat.write(nb, tmp_path / "05_x.ipynb")
+    assert lesson_time(tmp_path / "05_x.ipynb") == ("about three quarters of an hour",) * 2
 
 
 # ------------------------------------------------------------------ builds
@@ -223,7 +248,8 @@ def test_slides(sample, tmp_path):
         # its outline: every slide title, the notes, the minutes; linked from the index
         outline = _assert_offline(out / f"{stem}.outline.html")
         for s in slides:
-            assert html_escape(s.title) in outline
+            assert inline_markdown(s.title or s.label) in outline
+        assert "**" not in _text(outline)  # markdown in titles and notes is rendered
         assert f"{sum(s.minutes for s in slides):g} minutes" in outline
         assert f"{stem}.outline.html" in index.links and f"{stem}.full.slides.html" in index.links
         # the whole notebook as slides, the second build
@@ -549,7 +575,7 @@ def test_demo_handouts_with_and_without_solutions(demo_dir, tmp_path):
     asides = re.findall(r'<aside [^>]*class="kv-notes"[^>]*>(.*?)</aside>', student_page, re.S)
     assert len(asides) == 2 and all("<details>" in a for a in asides)
     assert "<summary>For lecturers · ~1 min</summary>" in asides[0]
-    assert NOTES in _text(asides[0]) and LECTURER_MARK not in asides[0]
+    assert NOTES in _text(asides[0]) and LECTURER_MARK not in asides[0].split("</summary>")[1]
     assert "checks.check" in s_text and "✔ demo" not in s_text  # no ✔ under the stub
     assert "demo: 5 steps" in s_text and "NBVAL_IGNORE_OUTPUT" not in s_text
     t_text = _text(teacher.read_text())
@@ -583,3 +609,61 @@ def test_real_decks_leave_checks_and_stub_check_pairs_out(sample, tmp_path):
             if "raise NotImplementedError()" in before.source:
                 printed = "".join(o.get("text", "") for o in after.outputs)
                 assert not printed.lstrip().startswith("✔"), f"{deck.name}: stub → ✔"
+
+
+def test_deck_titles_summary_last_notes_markers_maths_and_print(tmp_path):
+    """A lecture spec's "title" is the slide's heading (before a slide's code too); the
+    summary slide comes last; both notes markers (plain, and the bold one of the lessons
+    before issue 38) are read; → steps through sub-slides; MathJax reads \\text{a\\_b} as
+    JupyterLab does; printed handouts wrap code; the outline renders markdown in titles."""
+    need("npm assets")
+
+    def notes(first):
+        return _md(f"{first} · ~1 min\n\n{NOTES}", "notes", lecture={"slide": "notes"})
+
+    cells = [
+        _md("# 00 · Demo\n\nThe lesson.", "slide", lecture={"slide": "slide"}),
+        notes(LECTURER_MARK),
+        _md("## Summary\n\n- done", "slide", lecture={"slide": "slide", "summary": True}),
+        notes("**For lecturers**"),
+        _code(
+            "plot()",
+            [_image()],
+            kind="slide",
+            n=1,
+            alt_text="A figure.",
+            lecture={"slide": "slide", "title": "A **figure** slide", "show": "output"},
+        ),
+        notes(LECTURER_MARK),
+        _md(
+            "**The fix.** Shift by the row's max: $\\text{seq\\_q}$ rows.",
+            "subslide",
+            lecture={"slide": "subslide", "title": "The fix"},
+        ),
+        notes(LECTURER_MARK),
+    ]
+    nbdir = tmp_path / "nb"
+    nbdir.mkdir()
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), nbdir / "00_demo.ipynb")
+    (deck_path,) = build_slides(nbdir, tmp_path / "slides", NODE_MODULES, full=False)
+    deck = deck_path.read_text(encoding="utf-8")
+    page = Page(deck)
+    assert page.top_sections == 3 and page.notes == 4
+    # the summary (cell 2) last; the titled figure slide (cell 4) with its sub-slide (6)
+    assert [c for c in page.section_cells if c] == ["0", "0", "4", "4", "6", "2", "2"]
+    assert re.search(r"<h3[^>]*>A <strong>figure</strong> slide", deck)
+    shown = _text(re.sub(r"<(script|style)\b.*?</\1>", "", deck, flags=re.S))
+    assert re.search(r"<h3[^>]*>The fix", deck) and "**" not in shown
+    assert deck.index("A <strong>figure") < deck.index('<h2 id="Summary')
+    assert 'navigationMode: "linear"' in deck and "kvTextMacros" in deck
+    assert "notesAsMathML" in deck  # the speaker view: each formula in the notes once
+    outline = (tmp_path / "slides" / "00_demo.outline.html").read_text(encoding="utf-8")
+    rows = re.findall(r'<td class="t">(.*?)</td>', outline)
+    assert rows == ["00 · Demo", "A <strong>figure</strong> slide", "The fix", "Summary"]
+    assert "4 slides · 4 minutes" in outline and "kvTextMacros" in outline
+    (handout,) = build_handouts(nbdir, tmp_path / "html", NODE_MODULES)
+    text = handout.read_text(encoding="utf-8")
+    summaries = re.findall(r"<summary>(.*?)</summary>", text)
+    assert summaries == ["For lecturers · ~1 min"] * 4  # both markers, shown the same
+    assert "**For lecturers**" not in text and "kvTextMacros" in text
+    assert "@media print" in text and "white-space: pre-wrap !important" in text

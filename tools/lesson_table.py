@@ -27,7 +27,7 @@ ONE_LINE = {
     "04": "measured: dot products grow with d_k; unscaled softmax is too sharp to learn",
     "05": "what you match on differs from what you retrieve",
     "06": "the backward pass of attention by hand, checked against autograd",
-    "07": "several independent key spaces; a task that needs two heads",
+    "07": "one softmax, one weighted average per head; a task that needs two heads",
     "08": "causal and padding masks act on key scores before the softmax",
     "09": "a small trained model whose keys mark a noun's role",
     "10": "past keys and values never change, so decoding caches them",

@@ -18,9 +18,17 @@ from attnlib.core import softmax
 from attnlib.explorers._render import explorer_box, figure_png
 from attnlib.tasks.scaling import softmax_entropy
 
-__all__ = ["D_K_CHOICES", "QueryState", "query_explorer", "query_state", "render_query"]
+__all__ = [
+    "D_K_CHOICES",
+    "VALUE_NAMES",
+    "QueryState",
+    "query_explorer",
+    "query_state",
+    "render_query",
+]
 
 D_K_CHOICES = (2, 4, 8, 16, 32, 64, 128, 256, 512)
+VALUE_NAMES = ("value feature 0", "value feature 1")  # the values' axes, unless named
 
 
 @dataclass(frozen=True)
@@ -39,6 +47,7 @@ class QueryState:
     output : ndarray of shape (2,) — ``weights @ values``, the blended value.
     entropy, max_weight : float — of ``weights``.
     labels : tuple of str or None — names of the keys (and values), if given.
+    value_names : (str, str) — what the two coordinates of a value mean (the figure's axes).
     """
 
     angle: float
@@ -55,6 +64,7 @@ class QueryState:
     entropy: float
     max_weight: float
     labels: tuple[str, ...] | None = None
+    value_names: tuple[str, str] = VALUE_NAMES
 
     @property
     def seq_k(self) -> int:
@@ -87,6 +97,17 @@ def _as_labels(labels, seq_k: int) -> tuple[str, ...] | None:
     if len(labels) != seq_k:
         raise ValueError(f"query_state: labels has {len(labels)} names for {seq_k} keys")
     return labels
+
+
+def _as_value_names(value_names) -> tuple[str, str]:
+    if value_names is None:
+        return VALUE_NAMES
+    if isinstance(value_names, str) or not hasattr(value_names, "__len__") or len(value_names) != 2:
+        raise ValueError(
+            f"query_state: value_names must be two names, one per value coordinate, "
+            f"got {value_names!r}"
+        )
+    return (str(value_names[0]), str(value_names[1]))
 
 
 @lru_cache(maxsize=32)
@@ -156,6 +177,7 @@ def query_state(
     plane=None,
     length: float | None = None,
     labels=None,
+    value_names=None,
 ) -> QueryState:
     """One query against ``seq_k`` keys, turned by ``angle`` degrees (pure function).
 
@@ -177,6 +199,9 @@ def query_state(
         The query's length; default √d_k.
     labels : sequence of str, optional
         Names of the keys, shown on the bars and in the summary.
+    value_names : (str, str), optional
+        What the two coordinates of a value mean, e.g. ``("thing", "action")``: the axes
+        of the values' panel (default :data:`VALUE_NAMES`).
     """
     if keys is not None:
         keys_, plane_, values_, labels = _as_given_setup(keys, values, plane, labels)
@@ -188,6 +213,7 @@ def query_state(
     elif values is not None or plane is not None:
         raise ValueError("query_state: values and plane are only used together with keys")
     fn = "query_state"
+    value_names = _as_value_names(value_names)
     d_k = check_int(fn, "d_k", 16 if d_k is None else d_k, minimum=1)
     temperature = check_number(fn, "temperature", temperature, positive=True)
     angle = check_number(fn, "angle", angle)
@@ -221,21 +247,52 @@ def query_state(
         entropy=float(softmax_entropy(weights)),
         max_weight=float(weights.max()),
         labels=labels,
+        value_names=value_names,
     )
 
 
+def _score_label(state: QueryState) -> str:
+    """The scores' axis: what the dot product was divided by."""
+    by = [name for name, on in (("√d_k", state.scaled), ("T", state.temperature != 1)) if on]
+    if not by:
+        return "score  q · k"
+    return "score  q · k / " + (by[0] if len(by) == 1 else f"({' · '.join(by)})")
+
+
 def render_query(state: QueryState) -> bytes:
-    """The query explorer's figure (scores, weights, values and their blend) as PNG."""
-    from attnlib.plot import PALETTE, bars
+    """The query explorer's figure (scores, weights, values and their blend) as PNG.
+
+    Scores and weights are horizontal bars, one row per key named on the left (key 0 on
+    top), so key names never crowd; every value axis is named and carries few ticks.
+    """
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import MaxNLocator
+
+    from attnlib.plot import PALETTE
+
+    def few_ticks(axis):
+        axis.set_major_locator(MaxNLocator(nbins=3, steps=[1, 2, 5, 10]))
 
     def draw(fig):
-        ax_s, ax_w, ax_v = fig.subplots(1, 3)
-        labels = [state.key_name(j) for j in range(state.seq_k)]
-        bars(state.scores, labels=labels, ax=ax_s, title="scores")
-        bars(state.weights, labels=labels, ax=ax_w, title="weights")
-        ax_w.set_ylim(0, 1)
+        ax_s, ax_w, ax_v = fig.subplots(1, 3, gridspec_kw={"width_ratios": [1, 1, 1.1]})
+        rows = np.arange(state.seq_k)
+        for ax, data in ((ax_s, state.scores), (ax_w, state.weights)):
+            ax.barh(rows, data, height=0.7, color=PALETTE[0])
+            ax.axvline(0, color="0.3", lw=0.8)
+            ax.set_ylim(state.seq_k - 0.5, -0.5)  # key 0 on top, in reading order
+        ax_s.set_yticks(rows, labels=[state.key_name(j) for j in rows])
+        ax_w.set_yticks(rows, labels=[])  # the same rows as the scores, named once
+        ax_s.set_ylabel("key")
+        ax_s.set_xlabel(_score_label(state))
+        few_ticks(ax_s.xaxis)
+        ax_s.set_title("scores")
+        ax_w.set_xlim(0, 1)
+        ax_w.set_xticks([0, 0.5, 1], labels=["0", "0.5", "1"])
+        ax_w.set_xlabel("weight")
+        ax_w.set_title("weights")
+
         v, o = state.values, state.output
-        ax_v.scatter(v[:, 0], v[:, 1], s=40 + 400 * state.weights, color=PALETTE[0], label="values")
+        ax_v.scatter(v[:, 0], v[:, 1], s=40 + 400 * state.weights, color=PALETTE[0])
         names: dict[tuple[float, float], list[str]] = {}  # equal values share one label
         for j, (x, y) in enumerate(v):
             name = f"v{j}" if state.labels is None else state.labels[j]
@@ -260,15 +317,31 @@ def render_query(state: QueryState) -> bytes:
                 ha="center",
                 va="bottom" if above else "top",
             )
-        ax_v.scatter([o[0]], [o[1]], marker="*", s=260, color=PALETTE[1], label="output")
-        lim = max(1.4, 1.2 * float(np.abs(v).max()))
-        ax_v.set_xlim(-lim, lim)
-        ax_v.set_ylim(-lim, lim)
+        ax_v.scatter([o[0]], [o[1]], marker="*", s=260, color=PALETTE[1])
+        # a square window around the values and the origin, the same scale on both axes
+        lo, hi = np.minimum(v.min(axis=0), 0.0), np.maximum(v.max(axis=0), 0.0)
+        centre, half = (lo + hi) / 2, float((hi - lo).max()) / 2 + 0.45
+        ax_v.set_xlim(centre[0] - half, centre[0] + half)
+        ax_v.set_ylim(centre[1] - half, centre[1] + half)
         ax_v.set_aspect("equal")
+        few_ticks(ax_v.xaxis)
+        few_ticks(ax_v.yaxis)
+        ax_v.set_xlabel(state.value_names[0])
+        ax_v.set_ylabel(state.value_names[1])
         ax_v.set_title("values and their blend")
-        ax_v.legend(loc="lower right")
+        handles = [  # fixed-size markers: a value's area on the plot is its weight
+            Line2D([], [], ls="", marker="o", ms=9, color=PALETTE[0], label="values"),
+            Line2D([], [], ls="", marker="*", ms=14, color=PALETTE[1], label="output"),
+        ]
+        fig.legend(  # below the values' panel, where constrained layout makes room
+            handles=handles,
+            loc="outside lower right",
+            ncols=2,
+            handletextpad=0.3,
+            columnspacing=1.0,
+        )
 
-    return figure_png(draw, (8.0, 3.2))
+    return figure_png(draw, (8.0, 3.4))
 
 
 def query_explorer(angle: float = 30.0, d_k: int | None = None, temperature: float = 1.0, **setup):

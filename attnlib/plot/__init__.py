@@ -107,10 +107,15 @@ from attnlib.plot._lookup import feature_spaces, width_sweep  # noqa: E402
 
 __all__ += ["feature_spaces", "width_sweep"]
 
-# Lessons 10–12: decoding cost, blockwise memory, positions.
-from attnlib.plot._decoding import cost_curves, position_codes, score_vs_offset  # noqa: E402
+# Lessons 10–12: decoding cost, blockwise memory and score tiles, positions.
+from attnlib.plot._decoding import (  # noqa: E402
+    cost_curves,
+    position_codes,
+    score_tiles,
+    score_vs_offset,
+)
 
-__all__ += ["cost_curves", "position_codes", "score_vs_offset"]
+__all__ += ["cost_curves", "position_codes", "score_tiles", "score_vs_offset"]
 
 # Lesson 09: keys that find syntactic roles.
 from attnlib.plot._syntax import grouped_bars, role_scatter  # noqa: E402

@@ -16,6 +16,7 @@ import numpy as np
 from matplotlib import patheffects
 from matplotlib.lines import Line2D
 from matplotlib.markers import MarkerStyle
+from matplotlib.ticker import MaxNLocator, MultipleLocator
 
 from attnlib.plot._base import (
     FONT,
@@ -107,13 +108,15 @@ def _spread_labels(ax, texts, anchors: np.ndarray, *, rounds: int = 200) -> None
     """Move direct labels apart until no two overlap; a moved label gets a leader line.
 
     Works in display coordinates on the rendered text boxes: each round pushes every
-    overlapping pair apart along the line between their centres (vertically when they
-    coincide), half the overlap each, until nothing overlaps.
+    overlapping pair apart along the axis on which they overlap less (for short, wide names
+    usually up and down), half the overlap each, until nothing overlaps; no label leaves the
+    panel.
     """
     fig = ax.figure
     renderer = fig.canvas.get_renderer()
     to_data = ax.transData.inverted()
-    pad = 3.0  # pixels of air between two labels
+    frame = ax.get_window_extent(renderer)
+    pad = 6.0  # pixels of air between two labels
     for _ in range(rounds):
         boxes = [t.get_window_extent(renderer) for t in texts]
         centres = np.array([[(b.x0 + b.x1) / 2, (b.y0 + b.y1) / 2] for b in boxes])
@@ -126,13 +129,18 @@ def _spread_labels(ax, texts, anchors: np.ndarray, *, rounds: int = 200) -> None
                 if ox <= 0 or oy <= 0:
                     continue
                 d = centres[j] - centres[i]
-                if abs(d[1]) * ox >= abs(d[0]) * oy or not d.any():  # cheaper to part vertically
+                if oy <= ox:  # cheaper to part vertically
                     step = np.array([0.0, oy / 2 * (1 if d[1] >= 0 else -1)])
                 else:
                     step = np.array([ox / 2 * (1 if d[0] >= 0 else -1), 0.0])
                 shift[i] -= step
                 shift[j] += step
-        if not shift.any():
+        for k, b in enumerate(boxes):  # keep each label inside the panel
+            half = np.array([b.width / 2, b.height / 2])
+            moved = centres[k] + shift[k]
+            inside = np.clip(moved, [frame.x0, frame.y0] + half, [frame.x1, frame.y1] - half)
+            shift[k] += inside - moved
+        if not np.abs(shift).max(initial=0) > 1e-6:
             break
         for t, c, s in zip(texts, centres, shift, strict=True):
             if s.any():
@@ -158,8 +166,12 @@ def feature_spaces(
     scores: Mapping[tuple[str, str], float] | None = None,
     suptitle: str | None = None,
     names: Mapping[str, Sequence[str]] | None = None,
+    axis_variance: Mapping[str, Sequence[float]] | None = None,
 ):
     """Scatter plots of 2-D projections: one row per space, one column per colouring.
+
+    Both axes of a panel have the same scale (one unit is as long across as up) and the
+    same tick spacing, so a spread along PC 1 can be compared with one along PC 2 by eye.
 
     Parameters
     ----------
@@ -172,6 +184,9 @@ def feature_spaces(
     names : mapping of feature name -> sequence of str, optional
         The group names of a feature (``names["name"][g]`` for group ``g``); default the
         group numbers.
+    axis_variance : mapping of space name -> (float, float), optional
+        The share of the table's variance along PC 1 and along PC 2 of each space, written
+        in the axis labels (e.g. "PC 1 · 81% of the variance").
 
     Returns
     -------
@@ -235,7 +250,6 @@ def feature_spaces(
                     )
                 else:
                     ax.scatter(p[:, 0], p[:, 1], color="0.6", s=18, alpha=0.7, linewidths=0)
-                    ax.margins(0.18)
                     anchors = np.array([p[lab == g].mean(axis=0) for g in groups])
                     texts = [
                         ax.text(
@@ -256,16 +270,45 @@ def feature_spaces(
                 if scores is not None and (space, feat) in scores:
                     title += f"\n{feat} explains {scores[(space, feat)]:.1%} of the variance"
                 ax.set_title(title, fontsize=FONT["note"] + 1)
-                ax.set_xlabel("PC 1")
-                ax.set_ylabel("PC 2")
-                ax.set_xticks([])
-                ax.set_yticks([])
+                shares = None if axis_variance is None else axis_variance.get(space)
+                for k, set_label in enumerate((ax.set_xlabel, ax.set_ylabel)):
+                    label = f"PC {k + 1}"
+                    if shares is not None:
+                        label += f" · {shares[k]:.0%}" + (" of the variance" if k == 0 else "")
+                    set_label(label)
         if suptitle:
             fig.suptitle(suptitle)
-        if to_spread:
-            fig.canvas.draw()  # lay out every panel first: labels are moved in display space
-            for ax, texts, anchors in to_spread:
-                ax.set_xlim(ax.get_xlim())  # freeze the limits: moving a label must not
-                ax.set_ylim(ax.get_ylim())  # rescale the panel under the other labels
-                _spread_labels(ax, texts, anchors)
+        fig.canvas.draw()  # lay out every panel first: scales and labels are set in inches
+        for r, space in enumerate(spaces):
+            _same_scale(axes[r], as_numpy(points[space]))
+        for ax, texts, anchors in to_spread:
+            _spread_labels(ax, texts, anchors)
     return fig
+
+
+def _same_scale(row, p: np.ndarray, *, margin: float = 0.1) -> None:
+    """Show the points ``p`` (n, 2) at one scale in every panel of ``row``: one data unit as
+    long across as up and in each panel, centred, with ticks at the same step on both axes.
+
+    The limits are fixed here, so moving a direct label afterwards does not rescale a panel.
+    """
+    lo, hi = p.min(axis=0), p.max(axis=0)
+    extent = np.where(hi > lo, hi - lo, max(float((hi - lo).max()), 1.0))  # no zero extent
+    span = extent * (1 + 2 * margin)  # (2,): what a panel must show, in data units
+    mid = (lo + hi) / 2
+    sizes = []  # (width, height) of each panel in inches
+    for ax in row:
+        box = ax.get_window_extent()
+        sizes.append((box.width / ax.figure.dpi, box.height / ax.figure.dpi))
+    # units per inch: the most any panel of the row needs to hold the data both ways
+    scale = max(max(span[0] / w, span[1] / h) for w, h in sizes)
+    ticks = MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10]).tick_values(
+        float((mid - span / 2).min()), float((mid + span / 2).max())
+    )
+    step = float(ticks[1] - ticks[0]) if len(ticks) > 1 else 1.0
+    for ax, (w, h) in zip(row, sizes, strict=True):
+        ax.set_xlim(mid[0] - scale * w / 2, mid[0] + scale * w / 2)
+        ax.set_ylim(mid[1] - scale * h / 2, mid[1] + scale * h / 2)
+        ax.set_aspect("equal", adjustable="box")  # holds it if the layout moves the frame
+        ax.xaxis.set_major_locator(MultipleLocator(step))
+        ax.yaxis.set_major_locator(MultipleLocator(step))

@@ -1,4 +1,4 @@
-"""Lecture mode: reveal.js slides and standalone HTML handouts from the lessons.
+r"""Lecture mode: reveal.js slides and standalone HTML handouts from the lessons.
 
 ``python -m kvstaff.lecture slides`` (``make slides``) and
 ``python -m kvstaff.lecture html`` (``make html``) turn every lesson
@@ -23,9 +23,10 @@ Two decks per lesson
 ``make slides`` writes, per lesson,
 
 * ``NN_*.slides.html`` — the **lecture deck** (the default): the 12–18 slides the lesson's
-  author chose for a 10–15 minute talk, by cell metadata;
-* ``NN_*.outline.html`` — a printable one-page outline of that deck: each slide's title,
-  its speaker notes and its minutes, and the total;
+  author chose for a 10–15 minute talk, by cell metadata; a slide's ``"title"`` is shown as
+  its heading (``###``), and the summary slide (``"summary": true``) comes last;
+* ``NN_*.outline.html`` — a printable one-page outline of that deck: each slide's title
+  (its markdown rendered), its speaker notes and its minutes, and the total;
 * ``NN_*.full.slides.html`` — the whole notebook as slides (the cells' slideshow metadata),
   for walking through a lesson in class.
 
@@ -59,7 +60,22 @@ instead of being cut off, a figure is at most 500 px high, and a slide whose con
 still taller scrolls (a fallback applied after MathJax has typeset the slide; no slide
 should need it — ``tests/test_browser.py`` reports every one that does, by lesson and
 slide). Each slide's ``<section>`` carries ``data-cell``, the notebook index of its first
-cell, and ``window.kvSlideFit()`` in a deck measures every slide.
+cell, and ``window.kvSlideFit()`` in a deck measures every slide, in pixels as displayed
+(reveal.js scales the slide to the window: by 0.96 in a 1280 x 720 one). → and Space both
+step through every slide, vertical sub-slides included (reveal's ``navigationMode:
+"linear"``; ↓ and ↑ still move in a column).
+
+Maths (``lecture_templates/kv_common/kv_mathjax.html.j2``, decks and handouts alike):
+MathJax 2 with nbconvert's settings, and ``\text{seq\_q}`` read as JupyterLab's MathJax 3
+reads it (its textmacros package): the escapes ``\_ \% \& \#`` inside ``\text``-like
+arguments are their characters, not a backslash and a character. In a deck's speaker notes
+each typeset formula is replaced by its MathML, which the speaker view (key ``S``, a page
+without MathJax's styles) draws once.
+
+Handouts print on A4 without losing code: under ``@media print`` code and output blocks
+wrap at the right margin (``pre-wrap``) in a smaller type. The index pages give each
+lesson's time in short ("~45 min + ~30 min optional"), the whole ``**Time**`` paragraph as
+the tooltip (:func:`lesson_time`).
 """
 
 from __future__ import annotations
@@ -74,6 +90,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 from kvstaff.lecture_deck import (
+    ASK_THE_ROOM,
     CHECK_TAG,
     LECTURE_KEY,
     LECTURE_MINUTES,
@@ -81,15 +98,21 @@ from kvstaff.lecture_deck import (
     LECTURER_MARK,
     MAX_CODE_LINES,
     MAX_WORDS,
+    MIN_WORDS,
     NOTES_TYPE,
+    SUMMARY_KEY,
+    TITLE_KEY,
     LectureSlide,
+    deck_order,
     is_check_cell,
     is_notes_cell,
+    is_progress_output,
     lecture_markdown,
     lecture_problems,
     lecture_slides,
     lecture_spec,
     notes_body,
+    notes_marked,
     shown_source,
     tex_code_spans,
     without_asserts,
@@ -98,6 +121,7 @@ from kvstaff.lessons import Lesson, course_root, discover_lessons, lesson_info
 
 __all__ = [
     "ALT_KEY",
+    "ASK_THE_ROOM",
     "CHECK_TAG",
     "LECTURE_KEY",
     "LECTURER_MARK",
@@ -105,6 +129,7 @@ __all__ = [
     "LECTURE_SLIDES",
     "MAX_CODE_LINES",
     "MAX_WORDS",
+    "MIN_WORDS",
     "NOTES_TYPE",
     "SLIDE_SIZE",
     "LectureSlide",
@@ -120,8 +145,10 @@ __all__ = [
     "build_handouts",
     "build_slides",
     "discover_lessons",
+    "inline_markdown",
     "is_check_cell",
     "lecture_notebook",
+    "lesson_time",
     "lesson_info",
     "local_resources",
     "remote_resources",
@@ -132,6 +159,7 @@ TEMPLATES = Path(__file__).resolve().parent / "lecture_templates"
 
 SLIDE_SIZE = (1280, 720)  # reveal.js width and height: every slide must fit
 ALT_KEY = "alt_text"  # cell metadata: str, or list of str (one per image output)
+TITLE_HEADING = "###"  # a lecture spec's "title" is shown as this markdown heading
 FULL_SUFFIX = ".full.slides.html"  # the whole notebook as slides (the second build)
 IMAGE_MIMES = ("image/png", "image/jpeg", "image/svg+xml")
 
@@ -269,6 +297,7 @@ def _exporter(kind: str):
     cls = {"slides": SlidesExporter, "html": HTMLExporter}[kind]
     section = c[cls.__name__]
     section.extra_template_basedirs = [str(TEMPLATES)]
+    section.extra_template_paths = [str(TEMPLATES / "kv_common")]  # kv_mathjax.html.j2
     section.template_name = {"slides": "kv_reveal", "html": "kv_lab"}[kind]
     for k, v in LOCAL_URLS.items():
         section[k] = v
@@ -347,24 +376,6 @@ def alt_text_problems(nb) -> list[str]:
     return problems
 
 
-PROGRESS_LINE = re.compile(r"^.+: (?:\d+ steps|stopped after \d+ of \d+ steps)$")
-
-
-def _is_progress(output) -> bool:
-    """The fixed line a progress bar leaves: a display with attnlib.training's
-    PROGRESS_METADATA (or, stored before that metadata existed, a display whose only
-    content is the line "<desc>: N steps" — print() makes streams, never such a display)."""
-    from attnlib.training import PROGRESS_METADATA
-
-    if output.get("output_type") != "display_data":
-        return False
-    meta = output.get("metadata", {})
-    if all(meta.get(k) == v for k, v in PROGRESS_METADATA.items()):
-        return True
-    data = output.get("data", {})
-    return set(data) == {"text/plain"} and bool(PROGRESS_LINE.match(str(data["text/plain"])))
-
-
 def lecture_notebook(nb, *, slides: bool, solutions: bool = False):
     """``nb`` shaped for a deck (``slides=True``) or a handout: a new notebook.
 
@@ -380,7 +391,7 @@ def lecture_notebook(nb, *, slides: bool, solutions: bool = False):
         if not slides and is_notes_cell(cell):
             # a handout's notes are an aside (kv_lab): the marker line becomes its summary
             head, body = notes_body(cell.source)
-            if cell.source.lstrip().startswith(LECTURER_MARK):
+            if notes_marked(cell.source):
                 cell.source = body
             cell.metadata["kv_notes"] = head
         if cell.cell_type == "code":
@@ -398,7 +409,7 @@ def lecture_notebook(nb, *, slides: bool, solutions: bool = False):
         if cell.cell_type == "code":
             if is_check_cell(nb.cells[index]):
                 show["slide_type"] = "skip"
-            cell.outputs = [o for o in cell.get("outputs", []) if not _is_progress(o)]
+            cell.outputs = [o for o in cell.get("outputs", []) if not is_progress_output(o)]
         show.setdefault("data", {})["cell"] = str(index)
     return out
 
@@ -407,15 +418,20 @@ def lecture_deck_notebook(nb, *, solutions: bool = False):
     """The lecture deck of ``nb`` as a notebook for the reveal exporter: its ``lecture``
     cells only, shaped as :func:`lecture_notebook` shapes a deck (each cell keeps its
     notebook index in ``data-cell``), paragraphs and outputs chosen by the metadata,
-    asserts left out of the code."""
+    asserts left out of the code, a slide's ``"title"`` shown as its heading, and the
+    summary slide (``"summary": true``) moved to the end of the deck."""
     shaped = lecture_notebook(nb, slides=True, solutions=solutions)
-    kept = []
-    for cell, orig in zip(shaped.cells, nb.cells, strict=True):
+    slides: list[list] = []  # the deck's cells, slide by slide (notebook order)
+    starts: list[tuple[int, str, bool]] = []
+    for index, (cell, orig) in enumerate(zip(shaped.cells, nb.cells, strict=True)):
         spec = lecture_spec(orig)
         if spec is None:
             continue
         show = cell.metadata.setdefault("slideshow", {})
-        show["slide_type"] = spec.get("slide", "-")
+        kind = show["slide_type"] = spec.get("slide", "-")
+        if kind in ("slide", "subslide") or not slides:
+            slides.append([])
+            starts.append((index, kind, spec.get(SUMMARY_KEY) is True))
         if spec.get("big"):  # a figure slide: the figure may take more of the height
             show.setdefault("data", {})["kv_big"] = "1"
         if cell.cell_type == "markdown":
@@ -427,11 +443,82 @@ def lecture_deck_notebook(nb, *, solutions: bool = False):
                 cell.metadata.setdefault("transient", {})["remove_source"] = True
             elif what == "code":
                 cell.outputs = []
-        kept.append(cell)
-    if not kept:
+        title = spec.get(TITLE_KEY)
+        if kind in ("slide", "subslide") and isinstance(title, str) and title.strip():
+            heading = f"{TITLE_HEADING} {title.strip()}"
+            if cell.cell_type == "markdown":
+                cell.source = f"{heading}\n\n{cell.source}"
+            else:  # a slide that starts with code or a figure: its heading goes first
+                import nbformat
+
+                head = nbformat.v4.new_markdown_cell(heading)
+                head.metadata["slideshow"] = copy.deepcopy(show)
+                show["slide_type"] = "-"
+                slides[-1].append(head)
+        slides[-1].append(cell)
+    if not slides:
         raise ValueError("no cell has lecture metadata: the lesson has no lecture deck")
-    shaped.cells = kept
+    shaped.cells = [cell for i in deck_order(starts) for cell in slides[i]]
     return shaped
+
+
+def inline_markdown(text: str) -> str:
+    """``text`` (one line of markdown: a slide title) as inline HTML: ``**bold**``, ``*em*``
+    and backticks become tags, ``$...$`` stays for MathJax, the rest is escaped."""
+    from nbconvert.filters.markdown import markdown2html
+
+    rendered = markdown2html(text).strip()
+    return re.sub(r"^<p>(.*)</p>$", r"\1", rendered, flags=re.S)
+
+
+TIME_LINE = re.compile(r"\*\*Time\*\*\s*:?\s*(.*)")
+CORE_MINUTES = re.compile(r"~\s*(\d+)\s*min")
+OPTIONAL_MINUTES = re.compile(
+    r"~\s*(\d+)\s*(?:min(?:utes)?\s+)?(?:(?:for|of|in)\s+)?(?:the\s+)?optional", re.I
+)
+
+
+def lesson_time(path: str | Path) -> tuple[str, str]:
+    """(a short form, the whole text) of a lesson's ``**Time**:`` paragraph, e.g.
+    ``("~45 min + ~30 min optional", "~45 minutes (about 20 of reading ...) ...")``.
+
+    The whole text is every line of the paragraph (lesson_info keeps only its first line,
+    which a line break in the notebook can cut mid-sentence); the short form is the core's
+    minutes and the optional part's, or the whole text when those cannot be read.
+    """
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type != "markdown" or "**Difficulty**" in cell.source:
+            continue
+        lines = cell.source.splitlines()
+        for i, line in enumerate(lines):
+            if (m := TIME_LINE.search(line)) is None:
+                continue
+            parts = [m.group(1)]
+            for more in lines[i + 1 :]:  # the paragraph goes on until a blank line or a field
+                if not more.strip() or re.match(r"\s*(?:\*\*|[-*+] |#|\||>|\d+\. )", more):
+                    break
+                parts.append(more.strip())
+            full = " ".join(p.strip() for p in parts).strip().rstrip(".")
+            core = CORE_MINUTES.search(full)
+            if core is None:
+                return full, full
+            short = f"~{core.group(1)} min"
+            if (opt := OPTIONAL_MINUTES.search(full)) is not None:
+                short += f" + ~{opt.group(1)} min optional"
+            return short, full
+    return "", ""
+
+
+def mathjax_html(url: str = LOCAL_URLS["mathjax_url"]) -> str:
+    """The MathJax of the decks and handouts (kv_common/kv_mathjax.html.j2), for pages
+    built here (the outlines)."""
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES / "kv_common"))
+    return str(env.get_template("kv_mathjax.html.j2").module.kv_mathjax(url))
 
 
 def outline_html(lesson: Lesson, nb) -> str:
@@ -443,8 +530,9 @@ def outline_html(lesson: Lesson, nb) -> str:
     for s in slides:
         notes = "".join(markdown2html(notes_body(n)[1]) for n in s.notes)
         minutes = f"{s.minutes:g}" if s.minutes is not None else "?"
+        title = inline_markdown(s.title or s.label)  # **bold**, `code`, $x$ as they show
         rows.append(
-            f'<tr><td class="n">{s.number}</td><td class="t">{html.escape(s.title)}</td>'
+            f'<tr><td class="n">{s.number}</td><td class="t">{title}</td>'
             f'<td class="m">{minutes}</td><td class="notes">{notes}</td></tr>'
         )
     total = sum(s.minutes or 0 for s in slides)
@@ -457,11 +545,7 @@ def outline_html(lesson: Lesson, nb) -> str:
 <head>
 <meta charset="utf-8">
 <title>{title} — lecture outline</title>
-<script src="vendor/mathjax/MathJax.js?config=TeX-AMS_CHTML-full,Safe"></script>
-<script type="text/x-mathjax-config">
-MathJax.Hub.Config({{tex2jax: {{inlineMath: [['$','$']], displayMath: [['$$','$$']],
-  processEscapes: true}}}});
-</script>
+{mathjax_html()}
 <style>
 @page {{ size: A4; margin: 12mm; }}
 body {{ font-family: system-ui, sans-serif; font-size: 10.5pt; line-height: 1.35; color: #222;
@@ -613,7 +697,12 @@ def index_html(lessons: list[Lesson], suffix: str, what: str, *, full: bool = Fa
     """
     rows = []
     for lesson in lessons:
-        time = f' <span class="time">— {html.escape(lesson.time)}</span>' if lesson.time else ""
+        short, full = lesson_time(lesson.path)
+        time = (
+            f' <span class="time" title="{html.escape(full)}">— {html.escape(short)}</span>'
+            if short
+            else ""
+        )
         extra = ""
         if what == "slides":
             extra = (
