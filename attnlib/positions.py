@@ -329,7 +329,7 @@ def apply_rotary_halves(x, positions=None, *, base: float = 10000.0):
 
 
 # ----------------------------------------------------------------------------------------
-# ALiBi: a linear penalty on the distance to the key (Press, Smith and Lewis, ICLR 2022; arXiv 2021).
+# ALiBi: a linear penalty on the distance to the key (Press, Smith and Lewis, ICLR 2022).
 # ----------------------------------------------------------------------------------------
 
 

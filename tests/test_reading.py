@@ -7,8 +7,10 @@
   do change when one inside the window changes; a window of 1 makes every position a
   function of its own token and position only;
 * ``entropy``, ``char_class``, ``show_char``, the two probes on data made by hand;
-* ``reading_state`` shows what ``queries_keys`` computes; the explorer follows its controls
-  and is stored as a captioned still.
+* ``reading_state`` shows what ``queries_keys`` computes; the explorer follows its controls,
+  its query slider runs over the line's positions only (as the line changes too), and it
+  is stored as a captioned still; its figure labels every character of a 31-character
+  line on the key axis, at least ``KEY_INCHES`` apart.
 """
 
 from __future__ import annotations
@@ -175,3 +177,30 @@ def test_reading_explorer_follows_its_controls_and_is_stored_as_a_still(shipped)
     data, _ = DisplayFormatter().format(box)
     assert data["text/plain"] == STILL_CAPTION
     assert "image/png" in data
+
+
+def test_the_query_slider_spans_the_line_and_nothing_past_it(shipped):
+    model, vocab = shipped
+    box = reading_explorer(model, vocab, "Now tell me, Ariel. Now tell me", layer=1)
+    slider = box.query_slider
+    assert (slider.min, slider.max, slider.value) == (0, 30, 30)  # 31 characters
+    assert slider.layout.width == "95%"  # wide enough to pick one character of 31
+    slider.value = 12
+    box.text_box.value = "Now tell me"  # shorter: the query is clamped to its end
+    assert (slider.max, slider.value, box.state.query) == (10, 10, 10)
+    box.text_box.value = "Now tell me, Ariel."  # longer, from the end: to the new end
+    assert (slider.max, slider.value, box.state.query) == (18, 18, 18)
+    slider.value = 3
+    box.text_box.value = "Now tell me §§"  # unknown characters do not count
+    assert (slider.max, slider.value, box.state.query) == (11, 3, 3)
+
+
+def test_the_explorers_axes_label_each_character_of_a_line_apart():
+    from attnlib.explorers.reading import KEY_INCHES, KEYS_INCHES, ROW_INCHES, _labelled
+
+    assert _labelled(31, KEY_INCHES, KEYS_INCHES) == list(range(31))  # every key, full width
+    rows = _labelled(31, ROW_INCHES, 3.4, keep=7)  # every second row, and the query's
+    assert 7 in rows and 6 not in rows and 8 not in rows and len(rows) == 15
+    assert min(np.diff(rows)) * 3.4 / 31 >= ROW_INCHES
+    keys = _labelled(256, KEY_INCHES, KEYS_INCHES)
+    assert (keys[1] - keys[0]) * KEYS_INCHES / 256 >= KEY_INCHES

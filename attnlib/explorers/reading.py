@@ -7,10 +7,17 @@ map on the line and the keys that query matches most out (a :class:`ReadingState
 :func:`reading_explorer` wires a text box, layer and head buttons and a query slider to it
 (:mod:`attnlib.explorers._render`): live in JupyterLab, a captioned still in a stored
 notebook, the slides and the handouts.
+
+Readable at any line length: the map sits above the bars of the chosen query's row, the
+two sharing the key axis, so every key's character is written once, full width, under the
+bars (at least :data:`KEY_INCHES` apart; a longer line labels every second, third ...
+key). The map's query rows are labelled alike, at least :data:`ROW_INCHES` apart. The
+query slider runs over the line's positions only, and is as wide as the figure.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +29,13 @@ from attnlib.tasks.reading import queries_keys, show_char
 from attnlib.tasks.text import CharVocab
 
 __all__ = ["ReadingState", "reading_explorer", "reading_state", "render_reading"]
+
+FIGSIZE = (8.0, 6.0)  # inches: the course's widest, and tallest, figure
+BARS_INCHES = 1.5  # the height of the bars' panel
+ROW_INCHES = 0.16  # a labelled query row of the map, at least (an 11 pt character is 0.15)
+KEY_INCHES = 0.2  # a labelled key column, at least
+KEYS_INCHES = 6.4  # the width the keys get (the rest: axis labels and the colourbar)
+MAP_INCHES = 3.4  # the map's height at most (the rest: titles and the bars' panel)
 
 
 @dataclass(frozen=True)
@@ -51,6 +65,11 @@ class ReadingState:
         return f"head {self.layer}.{self.head}, query {q} '{self.labels[q]}' reads: {picks}"
 
 
+def _known(vocab: CharVocab, text: str, max_len: int) -> str:
+    """The characters of ``text`` the vocabulary knows, at most ``max_len`` of them."""
+    return "".join(c for c in text if c in vocab.chars)[:max_len]
+
+
 def reading_state(
     model: GPT,
     vocab: CharVocab,
@@ -76,7 +95,7 @@ def reading_state(
     check_instance(fn, "model", model, GPT, "an attnlib.gpt.GPT")
     check_instance(fn, "vocab", vocab, CharVocab, "a CharVocab")
     check_instance(fn, "text", text, str, "a str")
-    known = "".join(c for c in text if c in vocab.chars)[: model.max_len]
+    known = _known(vocab, text, model.max_len)
     if len(known) < 2:
         raise ValueError(f"{fn}: text needs at least 2 known characters, got {text!r}")
     layer = check_int(fn, "layer", layer, minimum=0, maximum=model.n_layers - 1)
@@ -99,38 +118,60 @@ def reading_state(
     )
 
 
+def _labelled(seq: int, pitch: float, room: float, keep: int | None = None) -> list[int]:
+    """The positions of ``seq`` that get a label: all of them if ``seq`` labels ``pitch``
+    inches apart fit in ``room`` inches, else every k-th, k as small as fits; ``keep``
+    always, its neighbours closer than k never."""
+    k = max(1, math.ceil(seq * pitch / room))
+    if keep is None:
+        return list(range(0, seq, k))
+    return sorted({i for i in range(0, seq, k) if abs(i - keep) >= k} | {keep})
+
+
 def render_reading(state: ReadingState) -> bytes:
-    """The explorer's figure for ``state`` as PNG bytes: the map, and the query's row."""
+    """The explorer's figure for ``state`` as PNG bytes: the head's map above the bars of
+    the query's row, the two on one key axis."""
     from attnlib.plot import bars, heatmap
 
     seq = len(state.labels)
+    q = state.query
     causal = np.tril(np.ones((seq, seq), dtype=bool))
+    map_inches = min(MAP_INCHES, max(1.2, ROW_INCHES * seq))
+    keys = _labelled(seq, KEY_INCHES, KEYS_INCHES)
+    queries = _labelled(seq, ROW_INCHES, map_inches, keep=q)
+    row = np.zeros(seq)
+    row[: q + 1] = state.weights[q, : q + 1]  # keys after the query get nothing (causal)
 
     def draw(fig):
-        left, right = fig.subplots(1, 2, width_ratios=(1.3, 1.0))
+        top, bottom = fig.subplots(2, 1, height_ratios=(map_inches, BARS_INCHES))
         heatmap(
             state.weights,
-            queries=state.labels,
-            keys=state.labels,
-            ax=left,
+            ax=top,
             mask=causal,
             mask_legend=False,
             annotate=False,
+            colorbar=False,
             title=f"head {state.layer}.{state.head}",
         )
-        left.axhline(state.query, color="black", lw=1.5, ls="--")
-        q = state.query
+        top.set_yticks(queries, labels=[state.labels[i] for i in queries])
+        top.set_xticks(keys)
+        top.tick_params(axis="x", labelbottom=False)  # the bars below name the keys
+        top.set_xlabel("")
+        top.axhline(q, color="black", lw=1.5, ls="--")
         bars(
-            state.weights[q, : q + 1],
-            labels=state.labels[: q + 1],
-            ax=right,
+            row,
+            ax=bottom,
             highlight=state.top[0],
             ylabel="weight",
-            title=f"query {q} '{state.labels[q]}'",
+            title=f"query {q} '{state.labels[q]}' (dashed line above)",
         )
-        right.set_xlabel("key position")
+        bottom.set_xticks(keys, labels=[state.labels[i] for i in keys])
+        bottom.set_xlim(-0.5, seq - 0.5)  # the map's columns
+        bottom.set_xlabel("key position")
+        fig.colorbar(top.images[0], ax=[top, bottom], shrink=0.85, label="weights")
 
-    return figure_png(draw, (8.0, 3.8))
+    height = map_inches + BARS_INCHES + 1.5  # titles and tick labels
+    return figure_png(draw, (FIGSIZE[0], min(FIGSIZE[1], height)))
 
 
 def reading_explorer(
@@ -147,13 +188,30 @@ def reading_explorer(
     import ipywidgets as W
 
     first = reading_state(model, vocab, text, layer=layer, head=head, query=query)
-    text_b = W.Text(value=first.text, description="line", continuous_update=False)
+
+    def wide():  # about the figure's width: a step of the slider is tens of pixels
+        return W.Layout(width="95%")
+
+    text_b = W.Text(value=first.text, description="line", continuous_update=False, layout=wide())
     layer_b = W.ToggleButtons(options=list(range(model.n_layers)), value=layer, description="layer")
     head_b = W.ToggleButtons(options=list(range(model.n_heads)), value=head, description="head")
     query_s = W.IntSlider(
-        value=first.query, min=0, max=model.max_len - 1, description="query",
-        continuous_update=False,
+        value=first.query, min=0, max=len(first.text) - 1, description="query",
+        continuous_update=False, layout=wide(),
     )  # fmt: skip
+
+    def bound(change):
+        """The slider runs over the new line's positions; at the end of the old line, it
+        moves to the end of the new one."""
+        n = len(_known(vocab, change["new"], model.max_len))
+        if n < 2:
+            return  # reading_state says what is wrong
+        at_end = query_s.value == query_s.max
+        query_s.max = n - 1  # (a value past it is clamped)
+        if at_end:
+            query_s.value = n - 1
+
+    text_b.observe(bound, names="value")  # before the redraw: it reads the slider
 
     def compute():
         return reading_state(
