@@ -8,7 +8,9 @@
   attention;
 * :func:`generate` — greedy decoding with or without the cache (the same tokens either way),
   or sampling: from ``softmax(logits / temperature)``, optionally over the ``top_k`` most
-  likely tokens only (lesson 16), with a seeded ``torch.Generator``.
+  likely tokens only (lesson 16), or the nucleus of mass ``top_p``, or the tokens at least
+  ``min_p`` times as likely as the top one (lesson 17; the filters are
+  :mod:`attnlib.sampling`), with a seeded ``torch.Generator``.
 """
 
 from __future__ import annotations
@@ -27,13 +29,13 @@ from attnlib._validate import (
     check_instance,
     check_int,
     check_layer_input,
-    check_number,
     validated,
 )
 from attnlib.heads import merge_heads, split_heads
 from attnlib.kv_cache import KVCache, RollingKVCache, grouped_attend, kv_cache_bytes
 from attnlib.latent import LatentAttention, LatentCache
 from attnlib.masks import causal_mask
+from attnlib.sampling import check_filters, sample_token
 from attnlib.windows import sliding_window_mask
 
 __all__ = ["CausalSelfAttention", "TinyDecoder", "Generation", "generate"]
@@ -484,7 +486,16 @@ class Generation(NamedTuple):
 
 
 def _check_generate(
-    model, prompt, n_new, *, use_cache=True, temperature=None, top_k=None, generator=None
+    model,
+    prompt,
+    n_new,
+    *,
+    use_cache=True,
+    temperature=None,
+    top_k=None,
+    top_p=None,
+    min_p=None,
+    generator=None,
 ) -> None:
     fn = "generate"
     if not (isinstance(model, nn.Module) and callable(getattr(model, "new_caches", None))):
@@ -503,51 +514,17 @@ def _check_generate(
     max_len = getattr(model, "max_len", None)
     if n_new and max_len is not None and last >= max_len:
         raise ValueError(f"{fn}: position {last} exceeds max_len={max_len}")
-    check_number(fn, "temperature", temperature, positive=True, none_ok=True)
-    if top_k is not None:
-        if temperature is None:
+    filters = dict(top_k=top_k, top_p=top_p, min_p=min_p)
+    for name, value in filters.items():
+        if value is not None and temperature is None:
             raise ValueError(
-                f"{fn}: top_k={top_k!r} needs a temperature: top_k filters what is sampled, "
+                f"{fn}: {name}={value!r} needs a temperature: {name} filters what is sampled, "
                 f"and temperature=None decodes greedily (the top 1 always)"
             )
-        vocab = getattr(getattr(model, "head", None), "out_features", None)
-        check_int(fn, "top_k", top_k, minimum=1, maximum=vocab)
+    vocab = getattr(getattr(model, "head", None), "out_features", None)
+    check_filters(fn, temperature=temperature, vocab=vocab, **filters)
     if generator is not None:
         check_instance(fn, "generator", generator, torch.Generator, "a torch.Generator or None")
-
-
-def _filter_logits(logits: torch.Tensor, temperature: float, top_k: int | None = None):
-    """The logits a token is sampled from: ``logits / temperature``, with every logit below
-    the ``top_k``-th largest of its row set to -inf (ties with it are kept).
-
-    The order and the tie rule of transformers' ``TemperatureLogitsWarper`` followed by its
-    ``TopKLogitsWarper`` (tests/test_sampling.py compares them). Lesson 17 adds top-p and
-    min-p filters here.
-
-    Parameters
-    ----------
-    logits : Tensor of shape (batch, vocab_size)
-    temperature : float, > 0
-    top_k : int, optional
-        1 <= top_k <= vocab_size; None keeps every token.
-
-    Returns
-    -------
-    Tensor of shape (batch, vocab_size)
-    """
-    scaled = logits / temperature  # (batch, vocab_size): < 1 sharpens, > 1 flattens
-    if top_k is not None:
-        kth = torch.topk(scaled, top_k, dim=-1).values[..., -1:]  # (batch, 1): k-th largest
-        scaled = scaled.masked_fill(scaled < kth, -torch.inf)
-    return scaled
-
-
-def _next_token(logits: torch.Tensor, temperature, top_k, generator) -> torch.Tensor:
-    """(batch, vocab_size) logits -> (batch,) next tokens: the argmax, or a sample."""
-    if temperature is None:
-        return logits.argmax(dim=-1)  # greedy
-    probs = torch.softmax(_filter_logits(logits, temperature, top_k), dim=-1)
-    return torch.multinomial(probs, 1, generator=generator)[:, 0]  # one draw per row
 
 
 @validated(_check_generate)
@@ -560,6 +537,8 @@ def generate(
     use_cache: bool = True,
     temperature: float | None = None,
     top_k: int | None = None,
+    top_p: float | None = None,
+    min_p: float | None = None,
     generator: torch.Generator | None = None,
 ):
     """Append a next token ``n_new`` times: the most likely one (greedy), or a sampled one.
@@ -573,8 +552,14 @@ def generate(
     likely tokens get likelier, above 1 the distribution flattens. ``top_k`` first sets
     every logit below the ``k``-th largest to -inf, so that only the ``k`` most likely
     tokens can be drawn (ties with the ``k``-th are kept, as in transformers'
-    ``TopKLogitsWarper``). The same ``generator`` seed gives the same tokens with the cache
-    or without (up to float rounding in the logits).
+    ``TopKLogitsWarper``); ``top_p`` then keeps the nucleus, the most likely tokens until
+    their mass reaches ``top_p``; ``min_p`` then the tokens at least ``min_p`` times as
+    likely as the top one (:func:`attnlib.sampling.filter_logits`, Hugging Face's order).
+    The same ``generator`` seed gives the same tokens with the cache or without (up to
+    float rounding in the logits). Drawn as ``GPT2LMHeadModel.generate(do_sample=True)``
+    draws (softmax, then ``torch.multinomial``): seeded alike, the two give the same tokens
+    on the same weights (tests/test_sampling.py), unless two tokens' draws tie within the
+    float rounding of their probabilities.
 
     Parameters
     ----------
@@ -588,6 +573,10 @@ def generate(
         > 0. None (the default): greedy decoding.
     top_k : int, optional
         1 <= top_k <= vocab_size; only with a ``temperature``. ``top_k=1`` is greedy.
+    top_p : float, optional
+        0 < top_p <= 1; only with a ``temperature``.
+    min_p : float, optional
+        0 <= min_p <= 1; only with a ``temperature``.
     generator : torch.Generator, optional
         Where the samples are drawn from (seed it for the same tokens every run); default
         torch's global generator. Not used by greedy decoding.
@@ -596,7 +585,7 @@ def generate(
     -------
     Generation
         ``tokens`` (batch, prompt_len + n_new), ``logits`` (batch, n_new, vocab_size): the
-        model's raw logits at each step (before temperature and top-k), ``caches`` (None
+        model's raw logits at each step (before temperature and the filters), ``caches`` (None
         without the cache).
 
     See Also
@@ -612,7 +601,7 @@ def generate(
     >>> fast, slow = generate(model, prompt, 4), generate(model, prompt, 4, use_cache=False)
     >>> fast.tokens.shape, torch.equal(fast.tokens, slow.tokens)
     (torch.Size([1, 7]), True)
-    >>> seeded = dict(temperature=0.8, top_k=5, generator=torch.Generator().manual_seed(0))
+    >>> seeded = dict(temperature=0.8, top_p=0.9, generator=torch.Generator().manual_seed(0))
     >>> a = generate(model, prompt, 4, **seeded)
     >>> seeded["generator"] = torch.Generator().manual_seed(0)
     >>> torch.equal(a.tokens, generate(model, prompt, 4, **seeded).tokens)  # same seed
@@ -620,6 +609,7 @@ def generate(
     """
     batch, prompt_len = prompt.shape
     total = prompt_len + n_new
+    filters = dict(top_k=top_k, top_p=top_p, min_p=min_p)
     tokens = torch.empty(batch, total, dtype=prompt.dtype)
     tokens[:, :prompt_len] = prompt
     all_logits = []
@@ -630,7 +620,10 @@ def generate(
             logits = model(feed, caches)[:, -1]  # (batch, vocab_size)
         else:
             logits = model(tokens[:, :t])[:, -1]  # recompute every position, keep the last
-        nxt = _next_token(logits, temperature, top_k, generator)  # (batch,)
+        if temperature is None:
+            nxt = logits.argmax(dim=-1)  # (batch,): greedy
+        else:  # (batch,): one draw per row
+            nxt = sample_token(logits, temperature=temperature, generator=generator, **filters)
         tokens[:, t] = nxt
         all_logits.append(logits)
         feed = nxt[:, None]  # (batch, 1): only the new token next time
