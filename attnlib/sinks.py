@@ -44,8 +44,9 @@ from attnlib._validate import (
 )
 from attnlib.gpt import GPT
 from attnlib.kv_cache import KVCache
-from attnlib.masks import ALIGNS, causal_offset
+from attnlib.masks import ALIGNS, causal_mask
 from attnlib.training import torch_threads
+from attnlib.windows import sliding_window_mask
 
 __all__ = ["sink_mask", "SinkKVCache", "StreamingLoss", "streaming_loss", "POSITION_MODES"]
 
@@ -118,15 +119,13 @@ def sink_mask(
            [1, 0, 0, 1, 1]])
     """
     seq_k = seq_q if seq_k is None else seq_k
-    offset = causal_offset(seq_q, seq_k, align)
-    if isinstance(like, torch.Tensor):
-        q_pos = torch.arange(seq_q, device=like.device)[:, None] + offset  # (seq_q, 1)
-        k_pos = torch.arange(seq_k, device=like.device)[None, :]  # (1, seq_k)
+    band = sliding_window_mask(seq_q, seq_k, window=window, align=align, like=like)
+    seen = causal_mask(seq_q, seq_k, align=align, like=like)  # (seq_q, seq_k)
+    if isinstance(seen, torch.Tensor):
+        is_sink = torch.arange(seq_k, device=seen.device)[None, :] < sinks  # (1, seq_k)
     else:
-        q_pos = np.arange(seq_q)[:, None] + offset  # (seq_q, 1)
-        k_pos = np.arange(seq_k)[None, :]  # (1, seq_k)
-    back = q_pos - k_pos  # (seq_q, seq_k): how far back key j is from query i
-    return (back >= 0) & ((back < window) | (k_pos < sinks))  # (seq_q, seq_k)
+        is_sink = np.arange(seq_k)[None, :] < sinks  # (1, seq_k)
+    return band | (seen & is_sink)  # (seq_q, seq_k): the window, plus the sinks seen so far
 
 
 # ----------------------------------------------------------------------------------------
