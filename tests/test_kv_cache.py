@@ -8,23 +8,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from cache_helpers import one_thread, rand  # noqa: F401 (one_thread: a fixture)
 from torch.nn import functional as F
 
 import attnlib
 from attnlib.decoder import TinyDecoder, generate
 from attnlib.kv_cache import KVCache, grouped_attend, kv_cache_bytes
-from attnlib.training import torch_threads
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # tiny per-token operations: threads only add synchronisation cost on a busy machine
-    with torch_threads(1):
-        yield
-
-
-def _rand(*shape, seed=0, dtype=torch.float64):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 # ---- KVCache ------------------------------------------------------------------------------
@@ -34,7 +25,7 @@ def test_append_returns_everything_cached_in_order_and_grows():
     cache = KVCache(batch=2, n_kv_heads=3, d_k=4, d_v=5, max_len=2, dtype=torch.float64)
     ks, vs = [], []
     for i, n in enumerate((1, 3, 2)):  # 6 positions: more than max_len, so it must grow
-        k, v = _rand(2, 3, n, 4, seed=i), _rand(2, 3, n, 5, seed=10 + i)
+        k, v = rand(2, 3, n, 4, seed=i), rand(2, 3, n, 5, seed=10 + i)
         ks.append(k)
         vs.append(v)
         k_all, v_all = cache.append(k, v)
@@ -86,8 +77,8 @@ def test_cache_errors_name_the_argument_and_shapes():
 @pytest.mark.parametrize("n_kv_heads", [1, 2, 4, 8])
 @pytest.mark.parametrize("causal", [False, True])
 def test_grouped_attend_matches_sdpa_enable_gqa(n_kv_heads, causal):
-    q = _rand(2, 8, 5, 6, seed=1)  # (batch, n_heads, seq_q, d_k)
-    k, v = _rand(2, n_kv_heads, 5, 6, seed=2), _rand(2, n_kv_heads, 5, 3, seed=3)
+    q = rand(2, 8, 5, 6, seed=1)  # (batch, n_heads, seq_q, d_k)
+    k, v = rand(2, n_kv_heads, 5, 6, seed=2), rand(2, n_kv_heads, 5, 3, seed=3)
     out, w = grouped_attend(q, k, v, causal=causal)
     want = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
     torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
@@ -95,7 +86,7 @@ def test_grouped_attend_matches_sdpa_enable_gqa(n_kv_heads, causal):
 
 
 def test_grouped_attend_bottom_right_causal_matches_sdpa_with_a_mask():
-    q, k, v = _rand(1, 4, 3, 8, seed=4), _rand(1, 2, 7, 8, seed=5), _rand(1, 2, 7, 8, seed=6)
+    q, k, v = rand(1, 4, 3, 8, seed=4), rand(1, 2, 7, 8, seed=5), rand(1, 2, 7, 8, seed=6)
     out, _ = grouped_attend(q, k, v, causal=True, align="bottom_right")
     mask = torch.ones(3, 7, dtype=torch.bool).tril(diagonal=4)  # query i sees keys 0..4+i
     want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
@@ -112,8 +103,8 @@ def test_grouped_attend_bottom_right_causal_matches_sdpa_with_a_mask():
 @pytest.mark.parametrize(("seq_q", "seq_k"), [(3, 7), (6, 4), (1, 5)])
 def test_causal_means_the_same_in_grouped_attend_attend_and_causal_mask(align, seq_q, seq_k):
     """One keyword, one meaning: causal=True with align= is causal_mask(..., align=)."""
-    q = _rand(2, 6, seq_q, 8, seed=13)  # (batch, n_heads, seq_q, d_k)
-    k, v = _rand(2, 3, seq_k, 8, seed=14), _rand(2, 3, seq_k, 5, seed=15)  # 3 key/value heads
+    q = rand(2, 6, seq_q, 8, seed=13)  # (batch, n_heads, seq_q, d_k)
+    k, v = rand(2, 3, seq_k, 8, seed=14), rand(2, 3, seq_k, 5, seed=15)  # 3 key/value heads
     mask = attnlib.causal_mask(seq_q, seq_k, align=align, like=q)  # (seq_q, seq_k)
     k_rep, v_rep = k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)  # one per query head
     want, want_w = attnlib.attend(q, k_rep, v_rep, mask)
@@ -125,7 +116,7 @@ def test_causal_means_the_same_in_grouped_attend_attend_and_causal_mask(align, s
 
 
 def test_grouped_attend_default_alignment_is_top_left():
-    q, k, v = _rand(1, 2, 3, 4, seed=16), _rand(1, 1, 6, 4, seed=17), _rand(1, 1, 6, 4, seed=18)
+    q, k, v = rand(1, 2, 3, 4, seed=16), rand(1, 1, 6, 4, seed=17), rand(1, 1, 6, 4, seed=18)
     out, w = grouped_attend(q, k, v, causal=True)
     assert not w[..., 3:].any()  # query i sees keys 0..i only
     want = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
@@ -133,7 +124,7 @@ def test_grouped_attend_default_alignment_is_top_left():
 
 
 def test_groups_equal_to_heads_is_ordinary_multi_head_attention():
-    q, k, v = _rand(2, 4, 6, 8, seed=7), _rand(2, 4, 6, 8, seed=8), _rand(2, 4, 6, 8, seed=9)
+    q, k, v = rand(2, 4, 6, 8, seed=7), rand(2, 4, 6, 8, seed=8), rand(2, 4, 6, 8, seed=9)
     out, w = grouped_attend(q, k, v, causal=True)
     want, want_w = attnlib.attend(q, k, v, causal=True)
     torch.testing.assert_close(out, want, rtol=0, atol=1e-14)
@@ -141,7 +132,7 @@ def test_groups_equal_to_heads_is_ordinary_multi_head_attention():
 
 
 def test_grouped_attend_equals_attend_with_repeated_keys():
-    q, k, v = _rand(1, 6, 4, 8, seed=10), _rand(1, 2, 4, 8, seed=11), _rand(1, 2, 4, 8, seed=12)
+    q, k, v = rand(1, 6, 4, 8, seed=10), rand(1, 2, 4, 8, seed=11), rand(1, 2, 4, 8, seed=12)
     out, _ = grouped_attend(q, k, v)
     want, _ = attnlib.attend(q, k.repeat_interleave(3, 1), v.repeat_interleave(3, 1))
     torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
@@ -149,7 +140,7 @@ def test_grouped_attend_equals_attend_with_repeated_keys():
 
 def test_grouped_attend_refuses_heads_that_do_not_divide():
     with pytest.raises(ValueError, match="n_heads=6.*n_kv_heads=4"):
-        grouped_attend(_rand(1, 6, 2, 4), _rand(1, 4, 2, 4), _rand(1, 4, 2, 4))
+        grouped_attend(rand(1, 6, 2, 4), rand(1, 4, 2, 4), rand(1, 4, 2, 4))
 
 
 # ---- decoding -------------------------------------------------------------------------------
@@ -256,9 +247,9 @@ def test_rotary_decode_step_token_by_token_equals_the_whole_sequence(n_heads, n_
     from attnlib.positions import apply_rotary
 
     q, k, v = (
-        _rand(2, n_heads, 9, 8, seed=1),
-        _rand(2, n_kv_heads, 9, 8),
-        _rand(2, n_kv_heads, 9, 5),
+        rand(2, n_heads, 9, 8, seed=1),
+        rand(2, n_kv_heads, 9, 8),
+        rand(2, n_kv_heads, 9, 5),
     )
     cache = KVCache(batch=2, n_kv_heads=n_kv_heads, d_k=8, d_v=5, max_len=9, dtype=torch.float64)
     outs = [rotary_decode_step(q[:, :, :4], k[:, :, :4], v[:, :, :4], cache)]  # a 4-token prompt
@@ -275,7 +266,7 @@ def test_rotary_decode_step_token_by_token_equals_the_whole_sequence(n_heads, n_
 def test_rotary_decode_step_with_the_wrong_start_position_differs():
     from attnlib.kv_cache import rotary_decode_step
 
-    q, k, v = _rand(1, 2, 6, 8, seed=2), _rand(1, 2, 6, 8, seed=3), _rand(1, 2, 6, 4, seed=4)
+    q, k, v = rand(1, 2, 6, 8, seed=2), rand(1, 2, 6, 8, seed=3), rand(1, 2, 6, 4, seed=4)
     cache = KVCache(batch=1, n_kv_heads=2, d_k=8, d_v=4, max_len=6, dtype=torch.float64)
     rotary_decode_step(q[:, :, :3], k[:, :, :3], v[:, :, :3], cache)
     wrong = rotary_decode_step(q[:, :, 3:4], k[:, :, 3:4], v[:, :, 3:4], cache, start=0)
@@ -290,7 +281,7 @@ def test_rotary_decode_step_errors():
     from attnlib.kv_cache import rotary_decode_step
 
     cache = KVCache(batch=1, n_kv_heads=1, d_k=4, max_len=4, dtype=torch.float64)
-    q, k, v = _rand(1, 1, 2, 4), _rand(1, 1, 2, 4), _rand(1, 1, 2, 4)
+    q, k, v = rand(1, 1, 2, 4), rand(1, 1, 2, 4), rand(1, 1, 2, 4)
     with pytest.raises(TypeError, match="cache must be a KVCache"):
         rotary_decode_step(q, k, v, None)
     with pytest.raises(ValueError, match="same seq_new"):

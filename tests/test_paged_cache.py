@@ -12,6 +12,7 @@ import random
 
 import pytest
 import torch
+from cache_helpers import one_thread, rand  # noqa: F401 (one_thread: a fixture)
 from torch.nn import functional as F
 
 from attnlib.gpt import GPT
@@ -24,22 +25,12 @@ from attnlib.paged_cache import (
     compare_reserved_bytes,
     gather_pages,
 )
-from attnlib.training import torch_threads
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # tiny operations: threads only add synchronisation cost on a busy machine
-    with torch_threads(1):
-        yield
-
-
-def _rand(*shape, seed=0, dtype=torch.float64):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _steps(n_kv_heads, n, d_k, d_v, seed):
-    return _rand(n_kv_heads, n, d_k, seed=seed), _rand(n_kv_heads, n, d_v, seed=seed + 10_000)
+    return rand(n_kv_heads, n, d_k, seed=seed), rand(n_kv_heads, n, d_v, seed=seed + 10_000)
 
 
 def _oracle(n_kv_heads=2, d_k=3, d_v=5):
@@ -87,7 +78,7 @@ def test_an_empty_append_changes_nothing():
 
 
 def test_gather_pages_equals_a_loop_over_positions():
-    pool = _rand(6, 2, 4, 3, seed=1)  # 6 pages of 4 positions, 2 heads, d = 3
+    pool = rand(6, 2, 4, 3, seed=1)  # 6 pages of 4 positions, 2 heads, d = 3
     table = [4, 1, 5]  # not in order: the block table decides
     for length in (0, 1, 4, 5, 11, 12):
         rows = [pool[table[p // 4], :, p % 4] for p in range(length)]  # each (2, 3)
@@ -202,9 +193,9 @@ def test_the_copy_on_write_page_is_counted_before_writing():
 def test_a_batch_append_is_all_or_nothing():
     cache = PagedKVCache(n_pages=3, page_size=2, n_kv_heads=1, d_k=2, dtype=torch.float64)
     batch = cache.view("a", "b")
-    batch.append(_rand(2, 1, 2, 2, seed=0), _rand(2, 1, 2, 2, seed=1))  # 2 pages
+    batch.append(rand(2, 1, 2, 2, seed=0), rand(2, 1, 2, 2, seed=1))  # 2 pages
     with pytest.raises(OutOfPagesError, match=r"PagedView.append: .*'a', 'b' needs 2 free"):
-        batch.append(_rand(2, 1, 1, 2, seed=2), _rand(2, 1, 1, 2, seed=3))
+        batch.append(rand(2, 1, 1, 2, seed=2), rand(2, 1, 1, 2, seed=3))
     assert batch.length == 2 and cache.n_free_pages == 1
 
 
@@ -261,7 +252,7 @@ def test_attention_through_the_paged_read_equals_sdpa_on_contiguous_tensors():
             if lo < k.shape[1]:
                 cache.append(i, k[:, lo:hi], v[:, lo:hi])
     for i, (k, v) in full.items():
-        q = _rand(1, 4, 2, 8, seed=60 + i)  # 4 query heads share the 2 key heads; 2 new queries
+        q = rand(1, 4, 2, 8, seed=60 + i)  # 4 query heads share the 2 key heads; 2 new queries
         k_p, v_p = cache.read(i)
         out, _ = grouped_attend(q, k_p[None], v_p[None], causal=True, align="bottom_right")
         mask = torch.ones(2, k.shape[1], dtype=torch.bool).tril(k.shape[1] - 2)

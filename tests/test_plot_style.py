@@ -655,7 +655,9 @@ def test_feature_spaces_labels_never_overlap_and_no_colour_is_reused():
 
 
 def test_the_query_explorer_labels_values_on_one_line_apart():
-    from attnlib.explorers.query import query_state, render_query
+    from test_explorer_query import drawn
+
+    from attnlib.explorers.query import query_state
 
     keys = np.array([[0.0, 0, 1], [1, 0, 0], [0, 1, 0], [0, 0, 1], [0, 0, 1], [1, 0, 0]])
     values = np.array([[0.0, 0], [1, 0], [0, 1], [0, 0], [0.5, 0], [1, 0]])
@@ -663,15 +665,4 @@ def test_the_query_explorer_labels_values_on_one_line_apart():
     state = query_state(
         0.0, keys=keys, values=values, plane=np.eye(3)[[0, 2]], length=4.0, labels=words
     )
-    captured = []
-    real = plt.Figure.savefig
-
-    def keep(fig, *args, **kwargs):
-        captured.append(fig)
-        return real(fig, *args, **kwargs)
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(plt.Figure, "savefig", keep)
-        render_query(state)
-    assert captured, "render_query did not draw a figure"
-    assert _label_overlaps(captured[0]) == []
+    assert _label_overlaps(drawn(state)) == []  # drawn: render_query's one figure

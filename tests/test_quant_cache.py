@@ -13,27 +13,19 @@ import math
 
 import pytest
 import torch
+from cache_helpers import one_thread, rand  # noqa: F401 (one_thread: a fixture)
 from torch.nn import functional as F
 
 from attnlib.gpt import GPT
 from attnlib.kv_cache import KVCache
 from attnlib.quant_cache import QuantizedTensor, QuantKVCache, dequantize, quantize
-from attnlib.training import torch_threads
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    with torch_threads(1):
-        yield
-
-
-def _rand(*shape, seed=0, dtype=torch.float64):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _outlier_keys(seed=0, seq=256):
     """Keys (1, 2, seq, 64) whose channels 3, 17, 40 and 51 are large in every token."""
-    k = _rand(1, 2, seq, 64, seed=seed)
+    k = rand(1, 2, seq, 64, seed=seed)
     outliers = [3, 17, 40, 51]
     k[..., outliers] = 5 * k[..., outliers] + 40
     return k
@@ -45,7 +37,7 @@ def _outlier_keys(seed=0, seq=256):
 @pytest.mark.parametrize("bits", [8, 4])
 @pytest.mark.parametrize("axis", [-1, -2, 0])
 def test_round_trip_error_is_at_most_half_a_step(bits, axis):
-    x = _rand(3, 40, 16, seed=bits) * torch.linspace(0.1, 9, 16, dtype=torch.float64) + 2
+    x = rand(3, 40, 16, seed=bits) * torch.linspace(0.1, 9, 16, dtype=torch.float64) + 2
     q = quantize(x, bits, axis=axis)
     lo, hi = x.amin(axis, keepdim=True), x.amax(axis, keepdim=True)
     scale = (hi - lo) / (2**bits - 1)  # one step, recomputed here
@@ -64,7 +56,7 @@ def test_round_trip_error_is_at_most_half_a_step(bits, axis):
 
 
 def test_float32_round_trip_and_constant_groups():
-    x = _rand(5, 8, seed=3, dtype=torch.float32)
+    x = rand(5, 8, seed=3, dtype=torch.float32)
     x[2] = 1.5  # a constant row: scale 0, given back exactly
     q = quantize(x, 8, axis=-1)
     back = dequantize(q)
@@ -119,8 +111,8 @@ def test_cache_reads_quantised_groups_and_an_exact_residual(bits):
     cache = QuantKVCache(2, 3, d_k=6, d_v=4, bits=bits, group=32, max_len=8, dtype=torch.float64)
     ks, vs = [], []
     for i, n in enumerate((1, 5, 30, 2, 40, 1, 19)):  # 98 tokens: 3 groups, 2 waiting
-        ks.append(_rand(2, 3, n, 6, seed=i))
-        vs.append(_rand(2, 3, n, 4, seed=50 + i))
+        ks.append(rand(2, 3, n, 6, seed=i))
+        vs.append(rand(2, 3, n, 4, seed=50 + i))
         k_read, v_read = cache.append(ks[-1], vs[-1])
         k, v = torch.cat(ks, 2), torch.cat(vs, 2)
         n_q = k.shape[2] // 32 * 32
@@ -134,7 +126,7 @@ def test_cache_reads_quantised_groups_and_an_exact_residual(bits):
 
 def test_bytes_per_token_by_hand():
     """2 heads, d_k = d_v = 64, 64 tokens (2 groups of 32), float32 scales and zeros."""
-    x = _rand(1, 2, 64, 64, dtype=torch.float32)
+    x = rand(1, 2, 64, 64, dtype=torch.float32)
     # keys per channel: 64 codes a token, and a scale and a zero per channel per 32 tokens:
     # 2 · 64 · 4 bytes / 32 tokens = 16 bytes a token; values per token: 2 · 4 = 8 bytes
     keys = {8: 64 + 16, 4: 32 + 16}  # a token and head; 4 bits: two codes a byte
@@ -179,8 +171,8 @@ def _attention_errors(bits):
     """|attention through a QuantKVCache - attention on the float keys and values| for 5
     queries over 100 tokens appended 10 at a time (3 groups of 32 quantised, 4 in float),
     and the bound of :func:`_step_bound`."""
-    k, v = _rand(1, 2, 100, 16, seed=1), _rand(1, 2, 100, 16, seed=2)
-    q = _rand(1, 2, 5, 16, seed=3)
+    k, v = rand(1, 2, 100, 16, seed=1), rand(1, 2, 100, 16, seed=2)
+    q = rand(1, 2, 5, 16, seed=3)
     float_cache = KVCache(1, 2, 16, dtype=torch.float64)
     cache = QuantKVCache(1, 2, 16, bits=bits, group=32, dtype=torch.float64)
     for lo in range(0, 100, 10):

@@ -11,24 +11,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from cache_helpers import one_thread, rand  # noqa: F401 (one_thread: a fixture)
 from torch.nn.functional import scaled_dot_product_attention as sdpa
 
 from attnlib import attend
 from attnlib.gpt import GPT
 from attnlib.kv_cache import KVCache, RollingKVCache
 from attnlib.sinks import SinkKVCache, sink_mask, streaming_loss
-from attnlib.training import torch_threads
 from attnlib.windows import sliding_window_mask
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    with torch_threads(1):
-        yield
-
-
-def _rand(*shape, seed=0, dtype=torch.float64):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _mask_by_definition(seq_q, seq_k, sinks, window, offset):
@@ -64,7 +56,7 @@ def test_attention_over_the_cache_is_attention_over_everything_with_the_sink_mas
     # fp64; oracle: SDPA over every position so far with the explicit mask. Measured:
     # 8.9e-16 at worst (the two sum different numbers of exact zeros, not bitwise equal).
     sinks, window, total = 3, 6, sum(chunks)
-    q, k, v = _rand(2, 4, total, 8, seed=1), _rand(2, 4, total, 8, seed=2), _rand(2, 4, total, 5)
+    q, k, v = rand(2, 4, total, 8, seed=1), rand(2, 4, total, 8, seed=2), rand(2, 4, total, 5)
     cache = SinkKVCache(2, 4, 8, 5, sinks=sinks, window=window, dtype=torch.float64)
     start = 0
     for n in chunks:
@@ -103,7 +95,7 @@ def test_sinks_are_never_evicted_and_the_window_rolls_oldest_first():
 
 def test_a_prompt_longer_than_the_cache_keeps_its_first_and_last_positions():
     cache = SinkKVCache(1, 2, 3, sinks=2, window=4, dtype=torch.float64)
-    k, v = _rand(1, 2, 11, 3, seed=3), _rand(1, 2, 11, 3, seed=4)
+    k, v = rand(1, 2, 11, 3, seed=3), rand(1, 2, 11, 3, seed=4)
     k_vis, _ = cache.append(k, v)
     assert torch.equal(k_vis, k)  # the eleven queries together see all eleven keys
     r_k, r_v = cache.read()
@@ -116,7 +108,7 @@ def test_no_sinks_is_the_rolling_cache():
     sink = SinkKVCache(1, 2, 4, sinks=0, window=5, dtype=torch.float64)
     roll = RollingKVCache(1, 2, 4, window=5, dtype=torch.float64)
     for i, n in enumerate((3, 1, 4, 1, 9, 2)):
-        k, v = _rand(1, 2, n, 4, seed=10 + i), _rand(1, 2, n, 4, seed=20 + i)
+        k, v = rand(1, 2, n, 4, seed=10 + i), rand(1, 2, n, 4, seed=20 + i)
         a, b = sink.append(k, v), roll.append(k, v)
         assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
         assert torch.equal(sink.read()[0], roll.read()[0])
@@ -136,7 +128,7 @@ def test_a_sink_cache_is_a_kv_cache_the_gpt_blocks_accept():
     # decoding within the trained length with a cache big enough for everything: the
     # block sees a KVCache, and the result is the full cache's
     model = GPT(vocab_size=11, d_model=16, n_heads=4, n_layers=1, max_len=16).double().eval()
-    block, x = model.h[0], _rand(1, 9, 16, seed=5)
+    block, x = model.h[0], rand(1, 9, 16, seed=5)
     sink = SinkKVCache(1, 4, 4, sinks=2, window=7, dtype=torch.float64)
     full = KVCache(1, 4, 4, dtype=torch.float64)
     with torch.no_grad():
