@@ -22,6 +22,7 @@ from attnlib.explorers import (
     mask_explorer,
     query_explorer,
     reading_explorer,
+    sampling_explorer,
     scaling_explorer,
 )
 from attnlib.explorers._render import STILL_CAPTION, captioned_png, figure_png
@@ -58,6 +59,7 @@ EXPLORERS = {
     "heads": lambda: head_explorer(_heads(), queries=list("abcde"), keys=list("abcde")),
     "keys_kept": lambda: keys_kept_explorer(window=4, k=4, d_latent=64),
     "reading": lambda: reading_explorer(_plays_model(), _plays_vocab(), "Now tell me"),
+    "sampling": lambda: sampling_explorer("MIRANDA.\n", temperature=0.7, top_k=10),
 }
 
 

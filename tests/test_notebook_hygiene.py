@@ -33,6 +33,7 @@ LESSON_FILES = {
     "14": "14_fewer_keys.ipynb",
     "15": "15_block.ipynb",
     "16": "16_real_text.ipynb",
+    "17": "17_inference.ipynb",
 }
 # "notes": speaker notes (reveal.js, key S), placed right after the slide they belong to.
 SLIDE_TYPES = {"slide", "subslide", "fragment", "-", "skip", "notes"}
@@ -352,6 +353,7 @@ MIN_GRADED = {
     "14": 2,
     "15": 2,
     "16": 2,
+    "17": 3,
 }
 
 

@@ -37,6 +37,7 @@ ONE_LINE = {
     "14": "compressed, windowed, selected and shared keys: cache bytes against accuracy",
     "15": "LayerNorm, MLP, the residual path: two inits, four trained variants; equal to GPT-2",
     "16": "heads found by measurement, confirmed by ablation, in a GPT trained on Shakespeare",
+    "17": "a decoding step reads memory; paged and quantised caches; choosing a token",
 }
 
 

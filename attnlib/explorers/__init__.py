@@ -4,7 +4,8 @@ One module per explorer — :mod:`~attnlib.explorers.dot` (lesson 01),
 :mod:`~attnlib.explorers.query` (03),
 :mod:`~attnlib.explorers.scale` (04), :mod:`~attnlib.explorers.heads` (07),
 :mod:`~attnlib.explorers.mask` (08), :mod:`~attnlib.explorers.induction` (13),
-:mod:`~attnlib.explorers.keys_kept` (14), :mod:`~attnlib.explorers.reading` (16) —
+:mod:`~attnlib.explorers.keys_kept` (14), :mod:`~attnlib.explorers.reading` (16),
+:mod:`~attnlib.explorers.sampling` (17) —
 and one helper, ``_render``, that draws a figure to
 PNG in the course style and wires controls, readout and image into a widget box.
 
@@ -20,6 +21,12 @@ from attnlib.explorers.keys_kept import KeysKeptState, keys_kept_explorer, keys_
 from attnlib.explorers.mask import MASK_MODES, MaskState, mask_explorer, mask_state
 from attnlib.explorers.query import QueryState, query_explorer, query_state
 from attnlib.explorers.reading import ReadingState, reading_explorer, reading_state
+from attnlib.explorers.sampling import (
+    SamplingState,
+    plays_next_logits,
+    sampling_explorer,
+    sampling_state,
+)
 from attnlib.explorers.scale import ExplorerState, explorer_state, scaling_explorer
 
 __all__ = [
@@ -32,6 +39,7 @@ __all__ = [
     "MaskState",
     "QueryState",
     "ReadingState",
+    "SamplingState",
     "dot_explorer",
     "dot_state",
     "explorer_state",
@@ -43,9 +51,12 @@ __all__ = [
     "keys_kept_state",
     "mask_explorer",
     "mask_state",
+    "plays_next_logits",
     "query_explorer",
     "query_state",
     "reading_explorer",
     "reading_state",
+    "sampling_explorer",
+    "sampling_state",
     "scaling_explorer",
 ]

@@ -145,3 +145,8 @@ __all__ += ["accuracy_vs_distance", "cache_bars", "keys_kept_view", "tradeoff_sc
 from attnlib.plot._block import curves  # noqa: E402 - lesson 15: measured curves
 
 __all__ += ["curves"]
+
+# Lesson 17: choosing a token (the sampling explorer's figure and its static stand-in).
+from attnlib.plot._sampling import sampling_view, sampling_views  # noqa: E402
+
+__all__ += ["sampling_view", "sampling_views"]
