@@ -20,6 +20,7 @@ import matplotlib as mpl
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
+import torch
 from matplotlib.collections import PatchCollection
 from matplotlib.figure import Figure
 from matplotlib.text import Text
@@ -222,7 +223,19 @@ def sample_figures():
                 {"A": 4.0, "B": 1.0, "C": 0.5}, kinds={"A": "full", "B": "grouped", "C": "latent"}
             ),
         ),
+        ("sampling_view", lambda: plot.sampling_view(_sampling_states(rng)[1])),
+        ("sampling_views", lambda: plot.sampling_views(_sampling_states(rng))),
     ]
+
+
+def _sampling_states(rng):
+    """Lesson 17's four settings on one random row of 30 logits (ties are impossible)."""
+    from attnlib.explorers import sampling_state
+
+    logits = torch.as_tensor(rng.standard_normal(30) * 2)
+    labels = [chr(ord("a") + i) for i in range(26)] + [" ", "\n", ".", ","]
+    settings = [{}, {"temperature": 0.7, "top_k": 10}, {"top_p": 0.9}, {"min_p": 0.1}]
+    return [sampling_state(logits, labels, shown=12, **s) for s in settings]
 
 
 def _live_curve(losses):
