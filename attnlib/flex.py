@@ -539,13 +539,20 @@ def build_block_mask(
     >>> tile_counts(build_block_mask(causal_mask_mod(), 8, block_q=2, block_k=2))
     TileCounts(skipped=6, partial=4, full=6, total=16)
     """
-    return _block_mask(
-        "build_block_mask", mask_mod, seq_q, seq_k, block_q, block_k, batch, n_heads, device
+    fn = "build_block_mask"
+    sizes = _check_block_mask(fn, mask_mod, seq_q, seq_k, block_q, block_k, batch, n_heads, device)
+    return _block_mask(mask_mod, *sizes, device)
+
+
+def _block_mask(mask_mod, seq_q, seq_k, block_q, block_k, n_b, n_h, device) -> BlockMask:
+    """The block mask of arguments :func:`_check_block_mask` has checked."""
+    return create_block_mask(
+        mask_mod, n_b, n_h, seq_q, seq_k, device=device, BLOCK_SIZE=(block_q, block_k)
     )
 
 
-def _block_mask(fn, mask_mod, seq_q, seq_k, block_q, block_k, batch, n_heads, device):
-    """:func:`build_block_mask`, its arguments checked in the name of ``fn``."""
+def _check_block_mask(fn, mask_mod, seq_q, seq_k, block_q, block_k, batch, n_heads, device):
+    """The arguments of a block mask, checked in the name of ``fn`` and normalised."""
     _check_mod(fn, "mask_mod", mask_mod, 4)
     seq_q, seq_k = _check_seqs(fn, seq_q, seq_k)
     block_q = check_int(fn, "block_q", block_q, minimum=1)
@@ -555,9 +562,7 @@ def _block_mask(fn, mask_mod, seq_q, seq_k, block_q, block_k, batch, n_heads, de
     if probe.dtype != torch.bool:
         got = str(probe.dtype).replace("torch.", "")
         raise TypeError(f"{fn}: mask_mod must return a bool tensor, it returned {got}")
-    return create_block_mask(
-        mask_mod, n_b, n_h, seq_q, seq_k, device=device, BLOCK_SIZE=(block_q, block_k)
-    )
+    return seq_q, seq_k, block_q, block_k, n_b, n_h
 
 
 class TileCounts(NamedTuple):
@@ -707,9 +712,10 @@ def flex_attend(
             )
     elif mask_mod is not None:
         batch, n_heads, seq_q, seq_k = *q.shape[:3], k.shape[-2]
-        block_mask = _block_mask(
+        sizes = _check_block_mask(
             fn, mask_mod, seq_q, seq_k, block_q, block_k, batch, n_heads, q.device
         )
+        block_mask = _block_mask(mask_mod, *sizes, q.device)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=_UNFUSED_WARNING)
         return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)

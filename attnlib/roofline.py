@@ -276,11 +276,14 @@ def _step_cost(fn, model, seq_k, n_new, batch, cache_dtype, weight_dtype) -> Ste
     keys = n_new * seq_k - n_new * (n_new - 1) // 2  # Σ (p + 1), p = seq_k - n_new .. seq_k - 1
     attention = n_layers * 2 * n_heads * 2 * d_head * keys  # q · k and w · v of every head
     flops = batch * (2 * linear * n_new + attention)
+    # Checked above: the counts below trust their inputs (one validation per public call).
     own = next(model.parameters()).dtype
-    per_token = cache_bytes_per_token(
-        n_layers=n_layers, n_kv_heads=n_kv_heads, d_k=d_head, dtype=cache_dtype or own
+    per_token = n_layers * n_kv_heads * 2 * d_head * _element_size(cache_dtype or own)  # K and V
+    weights = sum(
+        p.numel() * (p.element_size() if weight_dtype is None else _element_size(weight_dtype))
+        for p in model.parameters()  # as weight_bytes counts them: a shared tensor once
     )
-    return StepCost(flops, weight_bytes(model, dtype=weight_dtype), batch * seq_k * per_token)
+    return StepCost(flops, weights, batch * seq_k * per_token)
 
 
 def decode_cost(

@@ -27,12 +27,18 @@ import attnlib
 from attnlib import _validate as V
 from attnlib.blockwise import blockwise_attend
 from attnlib.decoder import CausalSelfAttention, TinyDecoder, generate
+from attnlib.flex import flex_attend, sliding_window_mask_mod
 from attnlib.heads import merge_heads, split_heads
 from attnlib.kv_cache import KVCache, RollingKVCache, grouped_attend, rotary_decode_step
 from attnlib.latent import LatentAttention, LatentCache, absorbed_scores
 from attnlib.mha import FusedQKVAttention, MultiHeadAttention
+from attnlib.paged_cache import PagedKVCache, gather_pages
 from attnlib.positions import apply_rotary
+from attnlib.quant_cache import QuantKVCache, quantize
+from attnlib.roofline import decode_cost
+from attnlib.sampling import sample_token, top_p_filter
 from attnlib.selection import Indexer, indexer_scores, topk_mask
+from attnlib.sinks import SinkKVCache
 from attnlib.torch_mha import mha_forward
 from attnlib.windows import sliding_window_mask
 
@@ -147,6 +153,40 @@ _DOORS = {
         lambda: torch.nn.MultiheadAttention(16, 4, batch_first=True),
         lambda m: mha_forward(m, _X, _X, _X),
     ),
+    # lesson 17: choosing a token, the paged, quantised and sink caches, masks as functions
+    "generate sampled": _with(
+        lambda: TinyDecoder(11, 16, 4, max_len=8),
+        lambda m: generate(
+            m,
+            torch.tensor([[1, 2]]),
+            3,
+            temperature=0.9,
+            top_k=5,
+            top_p=0.9,
+            min_p=0.05,
+            generator=torch.Generator().manual_seed(0),
+        ),
+    ),
+    "sample_token": lambda: sample_token(_t(3, 11), temperature=0.7, top_k=4, top_p=0.8),
+    "top_p_filter": lambda: top_p_filter(_t(3, 11), 0.8),
+    "gather_pages": lambda: gather_pages(_t(6, 2, 4, 3), [5, 0, 3], 10),
+    "PagedKVCache.append": _with(
+        lambda: PagedKVCache(8, 4, 2, 8), lambda c: c.append(0, _t(2, 5, 8), _t(2, 5, 8))
+    ),
+    "QuantKVCache.append": _with(
+        lambda: QuantKVCache(1, 2, d_k=8, bits=4, group=4),
+        lambda c: c.append(_t(1, 2, 6, 8), _t(1, 2, 6, 8)),
+    ),
+    "SinkKVCache.append": _with(
+        lambda: SinkKVCache(1, 2, 8, sinks=2, window=3),
+        lambda c: c.append(_t(1, 2, 6, 8), _t(1, 2, 6, 8)),
+    ),
+    "quantize": lambda: quantize(_t(2, 6, 8), bits=4, axis=-2),
+    "flex_attend": _with(
+        lambda: sliding_window_mask_mod(2),
+        lambda mod: flex_attend(_Q4, _Q4, _Q4, mask_mod=mod, block_q=2, block_k=2),
+    ),
+    "decode_cost": _with(lambda: TinyDecoder(11, 16, 4, max_len=8), lambda m: decode_cost(m, 8)),
 }
 
 
