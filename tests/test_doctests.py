@@ -37,8 +37,8 @@ PACKAGES = [attnlib, attnlib_data, kvstaff]
 
 # Found today (docstrings with examples / ``>>>`` examples across PACKAGES); raise them when
 # examples are added, so that losing a module's examples (e.g. to discovery) fails here.
-MIN_DOCSTRINGS = 77
-MIN_EXAMPLES = 285
+MIN_DOCSTRINGS = 127
+MIN_EXAMPLES = 445
 
 
 def _module_names(packages):
