@@ -22,6 +22,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
+from attnlib._validate import type_name
 from attnlib.plot._base import (
     FONT,
     MASKED_EDGE,
@@ -55,7 +56,7 @@ def _legend_handles() -> list:
 def _check_state(fn: str, state) -> int:
     for name in ("labels", "before", "after", "kept", "n_kept", "vocab_size"):
         if not hasattr(state, name):
-            raise TypeError(f"{fn}: state must be a SamplingState, got {type(state).__name__}")
+            raise TypeError(f"{fn}: state must be a SamplingState, got {type_name(state)}")
     n = len(state.labels)
     if not (len(state.before) == len(state.after) == len(state.kept) == n) or n == 0:
         raise ValueError(f"{fn}: state's labels, before, after and kept differ in length")
