@@ -139,8 +139,9 @@ LEARNER_LIMITS = kvhub.ServerLimits(
     # bomb stops here
     processes=256,
     # all the server's processes together (the cgroup's memory limit): a lesson's kernel
-    # peaks at 0.37-0.71 GiB (each of the 17 lessons run whole, its largest process), so the
-    # server and five lessons at once; past it the kernel that asks is killed, no one else
+    # peaks at 0.37-0.71 GiB run whole, but lesson 16's at 1.99 GiB (its per-position loss
+    # over the whole play; tools/measure_server.py, with a server of 0.1 GiB), so the server
+    # and lesson 16 with room to spare; past it the kernel that asks is killed, no one else
     memory=4 * 2**30,
     # each process (RLIMIT_AS): as in the grading sandbox (6 GiB: torch reserves address
     # space it never uses), so what runs here also grades; a 30 GB array is a MemoryError

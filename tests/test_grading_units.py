@@ -77,7 +77,7 @@ def test_csv_cells_are_text_never_formulas():
             "t": {"status": "NOT GRADED", "needs_review": True, "notes": ["-1+cmd|' /C calc'!A0"]},
         }
     }
-    rows = export._csv_rows(Book(), report)
+    rows = export.csv_rows(Book(), report)
     assert rows[0]["notes"].startswith("'=HYPERLINK(") and _no_controls(rows[0]["notes"])
     assert rows[0]["first_name"] == "'@SUM(A1)"
     assert rows[1]["notes"] == "'-1+cmd|' /C calc'!A0"

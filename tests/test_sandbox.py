@@ -539,11 +539,11 @@ def test_a_submission_missing_from_the_report_is_not_graded():
         def find_submission(self, a, s):
             return Sub()
 
-    (row,) = export._csv_rows(Book(), {})
+    (row,) = export.csv_rows(Book(), {})
     assert (row["status"], row["needs_review"], row["score"]) == ("NOT GRADED", "yes", "")
     # refused before nbgrader ran (so unknown to the gradebook): still a row
     refused = {"status": "NOT GRADED", "needs_review": True, "notes": ["refused: a link"]}
-    rows = export._csv_rows(Book(), {"01_x": {"t": refused}})
+    rows = export.csv_rows(Book(), {"01_x": {"t": refused}})
     assert [(r["student_id"], r["status"], r["score"]) for r in rows] == [
         ("s", "NOT GRADED", ""),
         ("t", "NOT GRADED", ""),

@@ -5,7 +5,9 @@ One concern per module; the arrows are the only imports between them::
     cli ──> autograde ──> execution ──> judging ──> sandbox
      │         │    │                    └────> answer_keys
      │         │    └───> audit ──> audit_rules
+     │         ├────────> shards ──> export
      │         └────────> export ──> course
+     ├──> shards
      └──> canvas ──> export
     (execution, judging and audit also read attnlib.checks.protocol: the contract with
     the kernel side, attnlib.checks.grading; the kernel side never imports this package)
@@ -32,6 +34,9 @@ One concern per module; the arrows are the only imports between them::
   feedback pages (each under a wall clock).
 * :mod:`~kvstaff.grader.canvas` — grades.csv in Canvas's gradebook-import layout
   (``FLAGGED`` and ``NOT GRADED`` cells blank, listed in ``canvas_review.csv``).
+* :mod:`~kvstaff.grader.shards` — grading a lesson in N shards (a learner's shard is a
+  hash of their id alone; each shard writes only its own gradebook copy, report and CSV)
+  and ``merge-shards``, which refuses a missing or doubled learner before it merges.
 * :mod:`~kvstaff.grader.course` — the course folder and nbgrader's applications.
 * :mod:`~kvstaff.grader.cli` — ``python -m kvstaff.gradebook ...``.
 

@@ -25,6 +25,7 @@ import nbformat
 
 from attnlib._backend import type_name
 from attnlib.checks.protocol import LIBRARY_EQUIVALENT, REFERENCE_TAG, TAMPER_TAG
+from kvstaff.grader import shards
 from kvstaff.grader.audit import audit_notebook, log_findings
 from kvstaff.grader.course import (
     SOURCE_DIR,
@@ -189,14 +190,24 @@ def _worker_init(counter, lock_path: str) -> None:
 
 
 def grade_one(
-    course: str, assignment: str, student: str, timeout, sandbox: str, threads: int, slot=None
+    course: str,
+    assignment: str,
+    student: str,
+    timeout,
+    sandbox: str,
+    threads: int,
+    slot=None,
+    gradebook: str | None = None,
 ) -> dict:
-    """Run nbgrader's Autograde on one submission (in a worker process or in this one)."""
+    """Run nbgrader's Autograde on one submission (in a worker process or in this one),
+    into the class's gradebook or the one named by the URL ``gradebook`` (a shard's)."""
     from nbgrader.converters import Autograde
 
     if isinstance(timeout, dict):  # per lesson, with a default under None
         timeout = timeout.get(assignment, timeout.get(None))
     cfg = load_config(Path(course), timeout)
+    if gradebook:
+        cfg.CourseDirectory.db_url = gradebook
     cfg.ResilientExecute.sandbox = sandbox
     cfg.ResilientExecute.sandbox_slot = _WORKER.get("slot", 0) if slot is None else slot
     cfg.ResilientExecute.kernel_threads = threads
@@ -374,6 +385,7 @@ def autograde(
     jobs: int | None = None,
     unsafe_no_sandbox: bool = False,
     timeouts: dict[str, int] | None = None,
+    shard: tuple[int, int] | None = None,
 ) -> list[Outcome]:
     """Grade every submission under <course>/submitted, write the report and the CSV.
 
@@ -381,7 +393,8 @@ def autograde(
     sandbox, the largest notebooks first (so that no long one is left for the end while
     the other workers idle). ``timeout`` is the time limit per cell (default: the
     config's), ``timeouts`` a limit per lesson that overrides it. Without bubblewrap this
-    refuses unless ``unsafe_no_sandbox``.
+    refuses unless ``unsafe_no_sandbox``. ``shard=(K, N)`` grades only the learners of
+    shard K of N, into that shard's own gradebook, report and CSV (:mod:`.shards`).
     """
     course = Path(course).resolve()
     submitted = course / "submitted"
@@ -394,19 +407,29 @@ def autograde(
     sandbox = "none" if unsafe_no_sandbox else "bwrap"
     refresh_bytecode()
     cfg = load_config(course, timeout)
+    part = shards.start(course, cfg, assignments, *shard) if shard else None
+    if part:  # its own gradebook (a copy of the class's), report and CSV
+        cfg.CourseDirectory.db_url = part.db_url
+        students = part.learners(submitted, students)
     outcomes: list[Outcome] = []
-    tasks = _tasks(course, notebooks, cfg, students, assignments, outcomes, echo)
+    tasks = _tasks(course, notebooks, cfg, students, assignments, outcomes, echo, part)
     if timeouts:
         timeout = {None: timeout, **timeouts}
     jobs = max(1, min(jobs or default_jobs(), len(tasks) or 1))
     t_all = time.perf_counter()
+    report_dir = part.folder if part else course
 
     def done(result: dict) -> None:
-        outcomes.append(_report_one(course, cfg, result, sandbox, outcomes, len(tasks), echo))
+        outcomes.append(
+            _report_one(course, cfg, result, sandbox, outcomes, len(tasks), echo, report_dir)
+        )
 
-    _run_all(course, tasks, timeout, sandbox, jobs, done)
+    _run_all(course, tasks, timeout, sandbox, jobs, done, part)
     _summary(outcomes, time.perf_counter() - t_all, jobs, sandbox, echo)
-    export(course, to=to, echo=echo)
+    if part is not None:
+        shards.write_grades(part, assignments, echo)
+    else:
+        export(course, to=to, echo=echo)
     return outcomes
 
 
@@ -420,12 +443,15 @@ def _refuse_without_sandbox(unsafe_no_sandbox: bool) -> None:
         )
 
 
-def _tasks(course, notebooks, cfg, students, assignments, outcomes, echo) -> list:
-    """(assignment, student) to grade, largest notebooks first; unknown lessons reported."""
+def _tasks(course, notebooks, cfg, students, assignments, outcomes, echo, shard=None) -> list:
+    """(assignment, student) to grade, largest notebooks first; unknown lessons reported.
+    A shard never releases a lesson (every shard would rewrite release/ at once)."""
     from nbgrader.api import Gradebook
     from nbgrader.converters import GenerateAssignment
 
     submitted = course / "submitted"
+    if shard is not None and not students:
+        return []  # a shard no one who handed in falls into (no filter means everyone)
     names = build_source(notebooks, course)
     pairs = [
         (a, s)
@@ -442,6 +468,11 @@ def _tasks(course, notebooks, cfg, students, assignments, outcomes, echo) -> lis
             )
             echo(printable(f"NOT GRADED {s}/{a}: there is no graded lesson of that name"))
             continue
+        if a not in known and shard is not None:
+            raise SystemExit(
+                f"shard {shard.index}/{shard.count}: lesson {a} is not in the class's "
+                f"gradebook: release it first (python -m kvstaff.gradebook release {a})"
+            )
         if a not in known:  # released elsewhere: create it in this gradebook
             result = run_app(GenerateAssignment, cfg, a, ".", force=True)
             if not result["success"]:
@@ -457,17 +488,18 @@ def _tasks(course, notebooks, cfg, students, assignments, outcomes, echo) -> lis
     return sorted(tasks, key=lambda t: -size[t])  # stable: ties keep their order
 
 
-def _run_all(course: Path, tasks: list, timeout, sandbox: str, jobs: int, done) -> None:
+def _run_all(course: Path, tasks: list, timeout, sandbox: str, jobs: int, done, shard=None):
     """Grade ``tasks`` in this process (one job) or in ``jobs`` worker processes."""
     threads = kernel_threads(jobs)
+    db = shard.db_url if shard else None
     if jobs == 1:
         for a, s in tasks:
-            done(grade_one(str(course), a, s, timeout, sandbox, threads, slot=0))
+            done(grade_one(str(course), a, s, timeout, sandbox, threads, slot=0, gradebook=db))
         return
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    lock = GradebookLock(course / ".gradebook.lock")
+    lock = GradebookLock((shard.folder if shard else course) / ".gradebook.lock")
     ctx = mp.get_context("spawn")
     counter = ctx.Value("i", 0)
     lock.install()
@@ -478,14 +510,16 @@ def _run_all(course: Path, tasks: list, timeout, sandbox: str, jobs: int, done) 
         initargs=(counter, str(lock.path)),
     ) as pool:
         futures = [
-            pool.submit(grade_one, str(course), a, s, timeout, sandbox, threads) for a, s in tasks
+            pool.submit(grade_one, str(course), a, s, timeout, sandbox, threads, gradebook=db)
+            for a, s in tasks
         ]
         for fut in as_completed(futures):
             done(fut.result())
 
 
-def _report_one(course, cfg, result: dict, sandbox: str, outcomes: list, total: int, echo):
-    """The outcome of one graded submission, written to the report and the console."""
+def _report_one(course, cfg, result: dict, sandbox, outcomes, total: int, echo, report_dir=None):
+    """The outcome of one graded submission, written to the report (in ``report_dir``,
+    default the course folder) and the console."""
     try:
         o = finish(course, cfg, result, sandbox)
     except Exception as err:  # noqa: BLE001 - one submission must not stop the class
@@ -494,7 +528,7 @@ def _report_one(course, cfg, result: dict, sandbox: str, outcomes: list, total: 
         o.sandbox = SANDBOXED if sandbox == "bwrap" else UNSAFE
         why = f"{type_name(err)}: {err}"[:300]
         o.notes.append(f"the grader failed after nbgrader ran ({why})")
-    write_report(course, [o])  # after each one: a stopped run keeps what it graded
+    write_report(report_dir or course, [o])  # after each one: a stopped run keeps what it graded
     score = "-" if o.score is None else f"{o.score:g}/{o.max_score:g}"
     flag = "  REVIEW" if o.needs_review else ""
     n = sum(1 for x in outcomes if x.seconds) + (1 if o.seconds else 0)

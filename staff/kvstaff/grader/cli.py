@@ -2,6 +2,8 @@
 
     python -m kvstaff.gradebook release      # build/source from notebooks/, then release/
     python -m kvstaff.gradebook autograde    # grade submitted/<student>/<lesson>/, export
+    python -m kvstaff.gradebook autograde LESSON --shard K/N   # only shard K (0..N-1)
+    python -m kvstaff.gradebook merge-shards LESSON --shards N # the N shards -> the class
     python -m kvstaff.gradebook export       # gradebook CSV [--to F.csv], review flags
     python -m kvstaff.gradebook feedback     # feedback/<student>/<lesson>/<lesson>.html
     python -m kvstaff.gradebook validate     # nbgrader validate on every source lesson,
@@ -22,7 +24,13 @@ from kvstaff.grader.autograde import autograde
 from kvstaff.grader.canvas import canvas_export
 from kvstaff.grader.course import build_source, release, validate
 from kvstaff.grader.export import export, feedback
+from kvstaff.grader.shards import merge_shards, parse_shard
 from kvstaff.lessons import course_root
+
+COMMANDS = [
+    *("build", "release", "autograde", "merge-shards"),
+    *("export", "feedback", "validate", "canvas"),
+]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,10 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "command",
-        choices=["build", "release", "autograde", "export", "feedback", "validate", "canvas"],
-    )
+    parser.add_argument("command", choices=COMMANDS)
     parser.add_argument("names", nargs="*", help="lessons (default: every graded lesson)")
     parser.add_argument("--course", type=Path, default=None, help="nbgrader course folder")
     parser.add_argument("--notebooks", type=Path, default=None, help="default: COURSE/notebooks")
@@ -49,8 +54,10 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="grade without bubblewrap (learners' kernels can reach the course folder)",
     )
+    _shard_arguments(parser)
     _canvas_arguments(parser)
     args = parser.parse_args(argv)
+    shard = _shard(args, parser)
     if args.course is None:
         args.course = course_root()
     if args.notebooks is None:
@@ -70,8 +77,13 @@ def main(argv: list[str] | None = None) -> int:
             to=args.to,
             jobs=args.jobs,
             unsafe_no_sandbox=args.unsafe_no_sandbox,
+            shard=shard,
         )
         return 1 if any(o.status == "NOT GRADED" for o in outcomes) else 0
+    elif args.command == "merge-shards":
+        if not args.shards or args.shards < 1:
+            parser.error("merge-shards needs --shards N (N >= 1)")
+        merge_shards(args.course, args.names or None, args.shards, to=args.to)
     elif args.command == "export":
         export(args.course, args.to)
     elif args.command == "feedback":
@@ -81,6 +93,31 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "validate":
         return 0 if validate(args.course, args.notebooks) else 1
     return 0
+
+
+def _shard_arguments(parser) -> None:
+    parser.add_argument(
+        "--shard",
+        default=None,
+        metavar="K/N",
+        help="autograde: only the learners of shard K of N (K from 0), into "
+        "build/shards/LESSON/K-of-N/ (see kvstaff.grader.shards)",
+    )
+    parser.add_argument(
+        "--shards", type=int, default=None, metavar="N", help="merge-shards: how many shards"
+    )
+
+
+def _shard(args, parser) -> tuple[int, int] | None:
+    """``--shard K/N`` as ``(K, N)`` (None without it); refused off autograde or malformed."""
+    if args.shard is None:
+        return None
+    if args.command != "autograde":
+        parser.error("--shard is for autograde")
+    try:
+        return parse_shard(args.shard)
+    except ValueError as err:
+        parser.error(str(err))
 
 
 def _canvas_arguments(parser) -> None:

@@ -103,7 +103,7 @@ def csv_cell(value):
     return "'" + value if value.startswith(_CSV_FORMULA) else value
 
 
-def _csv_rows(gradebook, report: dict, students=(), assignments=()) -> list[dict]:
+def csv_rows(gradebook, report: dict, students=(), assignments=()) -> list[dict]:
     """One row per (assignment, student) of the gradebook, then the report's refused ones.
 
     Long: one loop builds a row from the gradebook and the report together (its status
@@ -205,7 +205,7 @@ class CourseCsvExport(ExportPlugin):
     def export(self, gradebook) -> None:
         dest = Path(self.to or "grades.csv")
         report = read_report(Path.cwd())
-        rows = _csv_rows(gradebook, report, self.student, self.assignment)
+        rows = csv_rows(gradebook, report, self.student, self.assignment)
         with open(dest, "w", newline="") as fh:
             writer = csv.DictWriter(fh, fieldnames=CSV_KEYS)
             writer.writeheader()
@@ -220,7 +220,7 @@ def export(course: Path, to: Path | None = None, echo=print) -> Path:
     dest = Path(to) if to else course / "grades.csv"
     cfg = load_config(course)
     with Gradebook(db_url(cfg)) as gb:
-        rows = _csv_rows(gb, read_report(course))
+        rows = csv_rows(gb, read_report(course))
     with open(dest, "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=CSV_KEYS)
         writer.writeheader()
