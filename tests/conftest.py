@@ -152,7 +152,25 @@ def pytest_collection_modifyitems(config, items):
     grading = ("tests/test_grading.py", "tests/test_grading_lessons.py")
     # the class hub (~60 s) and the hub's isolation attacks (~50 s)
     first = {**dict.fromkeys(grading, 0), "tests/test_hub.py": 1, "tests/test_hub_isolation.py": 1}
-    items.sort(key=lambda item: first.get(item.nodeid.split("::")[0], 2))
+    # then the next longest files, longest first (seconds in one `make test`, 2026-12-06), so
+    # that the run does not end with one worker busy on a long file while the others wait
+    first |= {path: 2 + rank for rank, path in enumerate(LONGEST_FILES)}
+    items.sort(key=lambda item: first.get(item.nodeid.split("::")[0], 2 + len(LONGEST_FILES)))
+
+
+LONGEST_FILES = (
+    "tests/test_pieces.py",  # 33 s: pytest run inside pytest, twice
+    "notebooks/16_real_text.ipynb",  # 28 s
+    "tests/test_sandbox.py",  # 16 s
+    "tests/test_report.py",  # 12 s
+    "tests/test_staff_user.py",  # 12 s
+    "tests/test_grader_privacy.py",  # 12 s
+    "tests/test_install.py",  # 11 s
+    "tests/test_recall.py",  # 10 s
+    "tests/test_plays_model.py",  # 10 s
+    "notebooks/17_inference.ipynb",  # 9 s
+    "notebooks/15_block.ipynb",  # 7 s
+)
 
 
 def pytest_runtest_setup(item):
