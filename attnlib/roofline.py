@@ -32,7 +32,8 @@ What is counted (a model's own work; small terms are left out and named):
   :class:`attnlib.decoder.TinyDecoder` (with ``n_kv_heads`` key/value heads);
 * :func:`arithmetic_intensity` — FLOPs per byte;
 * :func:`measure_bandwidth` — this machine's memory bandwidth, by copying a large tensor;
-* :func:`predict_step_seconds` — bytes / bandwidth, the roofline's prediction.
+* :func:`predict_step_seconds` — bytes / bandwidth, the roofline's prediction;
+* :func:`time_decode_step` — the measured side: the fastest cached decoding step.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from attnlib._validate import check_instance, check_int, check_number, type_name
+from attnlib._validate import check_instance, check_int, check_number, type_name, validated
 from attnlib.decoder import TinyDecoder
 from attnlib.gpt import GPT
 from attnlib.kv_cache import kv_cache_bytes
@@ -58,6 +59,7 @@ __all__ = [
     "arithmetic_intensity",
     "measure_bandwidth",
     "predict_step_seconds",
+    "time_decode_step",
 ]
 
 
@@ -415,3 +417,77 @@ def predict_step_seconds(nbytes, bandwidth) -> float:
     nbytes = check_number(fn, "nbytes", nbytes, positive=True)
     bandwidth = check_number(fn, "bandwidth", bandwidth, positive=True)
     return nbytes / bandwidth
+
+
+def _check_time_decode_step(model, seq_k, *, batch=1, repeats=7) -> None:
+    fn = "time_decode_step"
+    if not isinstance(model, (GPT, TinyDecoder)):
+        raise TypeError(
+            f"{fn}: model must be an attnlib.gpt.GPT or an attnlib.decoder.TinyDecoder, got "
+            f"{type_name(model)}"
+        )
+    check_int(fn, "seq_k", seq_k, minimum=2)
+    if seq_k > model.max_len:
+        raise ValueError(f"{fn}: seq_k={seq_k} exceeds the model's max_len={model.max_len}")
+    check_int(fn, "batch", batch, minimum=1)
+    check_int(fn, "repeats", repeats, minimum=1)
+
+
+@validated(_check_time_decode_step)
+@torch.no_grad()
+def time_decode_step(model: nn.Module, seq_k: int, *, batch: int = 1, repeats: int = 7) -> float:
+    """Seconds of one cached decoding step: the fastest of ``repeats`` (after 2 untimed).
+
+    The caches are filled with ``seq_k - 1`` positions of random numbers (a step's time
+    does not depend on what they hold), then each round appends position ``seq_k`` for
+    every sequence of the batch and rewinds the caches, so that every round does the same
+    work: the step :func:`decode_cost` counts. Run it under
+    ``attnlib.training.torch_threads(1)`` for a number that does not depend on free cores.
+
+    Parameters
+    ----------
+    model : attnlib.gpt.GPT or attnlib.decoder.TinyDecoder
+        Latent layers (``d_latent``) included.
+    seq_k : int, 2 <= seq_k <= model.max_len
+        Positions attended to by the new token, itself included.
+    batch : int, default 1
+    repeats : int, default 7
+
+    Returns
+    -------
+    seconds : float
+
+    See Also
+    --------
+    predict_step_seconds : the roofline's time for the same step.
+
+    Examples
+    --------
+    >>> model = GPT(vocab_size=10, d_model=16, n_heads=2, n_layers=1, max_len=32).eval()
+    >>> 0 < time_decode_step(model, 32, repeats=2) < 1
+    True
+    """
+    held = seq_k - 1
+    caches = model.new_caches(batch, max_len=seq_k)
+    gen = torch.Generator().manual_seed(0)
+    dtype = next(model.parameters()).dtype
+    for c in caches:
+        if c is None:  # a layer that reads another layer's keys and values
+            continue
+        if hasattr(c, "d_latent"):  # attnlib.latent.LatentCache
+            shapes = ((batch, held, c.d_latent), (batch, held, c.d_rope))
+        else:
+            shapes = ((batch, c.n_kv_heads, held, c.d_k), (batch, c.n_kv_heads, held, c.d_v))
+        c.append(*(torch.randn(s, generator=gen, dtype=dtype) for s in shapes))
+    token = torch.zeros(batch, 1, dtype=torch.long)
+
+    best = float("inf")
+    for round_ in range(2 + repeats):  # 2 untimed rounds first: memory touched, caches warm
+        t0 = time.perf_counter()
+        model(token, caches)
+        if round_ >= 2:
+            best = min(best, time.perf_counter() - t0)
+        for c in caches:
+            if c is not None:
+                c.length = held  # rewind: the next round writes the same position
+    return best

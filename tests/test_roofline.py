@@ -172,6 +172,33 @@ def test_bandwidth_and_the_prediction():
     assert R.arithmetic_intensity(0, 5) == 0.0
 
 
+@pytest.mark.parametrize(
+    "model",
+    [
+        GPT(vocab_size=11, d_model=16, n_heads=4, n_layers=2, max_len=12),
+        TinyDecoder(11, 16, 4, n_layers=2, n_kv_heads=1, max_len=12),
+        TinyDecoder(11, 16, 4, n_layers=2, d_latent=4, d_rope=2, max_len=12),
+    ],
+    ids=["gpt", "mqa", "latent"],
+)
+def test_time_decode_step_times_the_step_decode_cost_counts(model):
+    """Every round (2 untimed + repeats) is one forward of one new token per sequence onto
+    exactly seq_k - 1 cached positions: the step decode_cost(model, seq_k, batch) counts."""
+    seen = []
+
+    def record(module, args):
+        tokens, caches = args
+        seen.append((tuple(tokens.shape), [c.length for c in caches]))
+
+    handle = model.register_forward_pre_hook(record)
+    try:
+        seconds = R.time_decode_step(model, 12, batch=3, repeats=4)
+    finally:
+        handle.remove()
+    assert isinstance(seconds, float) and seconds > 0
+    assert seen == [((3, 1), [11] * 2)] * (2 + 4)
+
+
 # ---------------------------------------------------------------------------- bad input
 
 
@@ -223,6 +250,22 @@ def test_bandwidth_and_the_prediction():
             r"predict_step_seconds: bandwidth must be a number, got str",
         ),
         (lambda: R.arithmetic_intensity(1, 0), ValueError, r"arithmetic_intensity: nbytes"),
+        (lambda: R.time_decode_step("gpt", 4), TypeError, r"time_decode_step: model must be"),
+        (
+            lambda: R.time_decode_step(_gpt(), 1),
+            ValueError,
+            r"time_decode_step: seq_k must be >= 2",
+        ),
+        (
+            lambda: R.time_decode_step(_gpt(), 10**6),
+            ValueError,
+            r"time_decode_step: seq_k=1000000 exceeds the model's max_len",
+        ),
+        (
+            lambda: R.time_decode_step(_gpt(), 4, repeats=0),
+            ValueError,
+            r"time_decode_step: repeats",
+        ),
     ],
 )
 def test_bad_input_is_refused_naming_the_door_and_the_argument(call, error, message):

@@ -35,7 +35,7 @@ from attnlib.mha import FusedQKVAttention, MultiHeadAttention
 from attnlib.paged_cache import PagedKVCache, gather_pages
 from attnlib.positions import apply_rotary
 from attnlib.quant_cache import QuantKVCache, quantize
-from attnlib.roofline import decode_cost
+from attnlib.roofline import decode_cost, time_decode_step
 from attnlib.sampling import sample_token, top_p_filter
 from attnlib.selection import Indexer, indexer_scores, topk_mask
 from attnlib.sinks import SinkKVCache
@@ -187,6 +187,9 @@ _DOORS = {
         lambda mod: flex_attend(_Q4, _Q4, _Q4, mask_mod=mod, block_q=2, block_k=2),
     ),
     "decode_cost": _with(lambda: TinyDecoder(11, 16, 4, max_len=8), lambda m: decode_cost(m, 8)),
+    "time_decode_step": _with(
+        lambda: TinyDecoder(11, 16, 4, max_len=8), lambda m: time_decode_step(m, 8, repeats=1)
+    ),
 }
 
 

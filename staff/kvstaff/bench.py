@@ -416,30 +416,6 @@ def copy_bandwidth(nbytes: int = 2**27, repeats: int = 5) -> float:
         return measure_bandwidth(nbytes=nbytes, repeats=repeats)
 
 
-def _fill(caches, batch: int, n: int) -> None:
-    """Append ``n`` random positions to each cache (a step's time does not depend on them)."""
-    gen = torch.Generator().manual_seed(0)
-    for c in caches:
-        if hasattr(c, "d_latent"):  # attnlib.latent.LatentCache
-            shapes = ((batch, n, c.d_latent), (batch, n, c.d_rope))
-        else:
-            shapes = ((batch, c.n_kv_heads, n, c.d_k), (batch, c.n_kv_heads, n, c.d_v))
-        c.append(*(torch.randn(s, generator=gen, dtype=c.dtype) for s in shapes))
-
-
-def _step_seconds(model, caches, batch: int, repeats: int) -> float:
-    """Fastest cached decoding step of one token per sequence; the caches are rewound."""
-    length = caches[0].length
-    token = torch.zeros(batch, 1, dtype=torch.long)
-
-    def step():
-        model(token, caches)
-        for c in caches:
-            c.length = length  # rewind: the next step overwrites the same position
-
-    return min_times({"step": step}, repeats=repeats)["step"]
-
-
 @torch.no_grad()
 def bench_roofline(lengths, *, serving=None, bandwidth=None, repeats=15, prefill_repeats=3):
     """For the plays model and a serving-size GPT, at each cache length ``seq_k``: the
@@ -447,7 +423,7 @@ def bench_roofline(lengths, *, serving=None, bandwidth=None, repeats=15, prefill
     step (fastest of ``repeats``), and a prefill of ``seq_k`` tokens per token.
     ``lengths``: {"plays": (...), "serving": (...)}."""
     from attnlib.gpt import GPT
-    from attnlib.roofline import decode_cost, predict_step_seconds
+    from attnlib.roofline import decode_cost, predict_step_seconds, time_decode_step
     from attnlib.tasks import plays
 
     bandwidth = copy_bandwidth() if bandwidth is None else bandwidth
@@ -458,9 +434,7 @@ def bench_roofline(lengths, *, serving=None, bandwidth=None, repeats=15, prefill
         for name, model in models.items():
             for n in lengths[name]:
                 cost = decode_cost(model, n)
-                caches = model.new_caches(1, max_len=n)
-                _fill(caches, 1, n - 1)
-                step = _step_seconds(model, caches, 1, repeats)
+                step = time_decode_step(model, n, repeats=repeats)
                 tokens = torch.zeros(1, n, dtype=torch.long)
                 prefill = min_times(
                     {"p": functools.partial(model, tokens)}, repeats=prefill_repeats, warmup=1
@@ -492,7 +466,12 @@ def bench_kv_heads(seq_k, *, batch=8, config=None, variants=None, bandwidth=None
     """One cached decoding step of a batch of ``seq_k``-long caches, with ``n_kv_heads`` key
     /value heads (MHA, GQA, MQA) and with a latent cache: measured against the roofline."""
     from attnlib.decoder import TinyDecoder
-    from attnlib.roofline import cache_bytes_per_token, predict_step_seconds, weight_bytes
+    from attnlib.roofline import (
+        cache_bytes_per_token,
+        predict_step_seconds,
+        time_decode_step,
+        weight_bytes,
+    )
 
     config = dict(KV_HEADS_DECODER if config is None else config)
     n_heads = config["n_heads"]
@@ -503,9 +482,7 @@ def bench_kv_heads(seq_k, *, batch=8, config=None, variants=None, bandwidth=None
         for label, extra in variants.items():
             torch.manual_seed(0)
             model = TinyDecoder(**config, **extra, max_len=seq_k).eval()
-            caches = model.new_caches(batch, seq_k)
-            _fill(caches, batch, seq_k - 1)
-            times[label] = _step_seconds(model, caches, batch, repeats)
+            times[label] = time_decode_step(model, seq_k, batch=batch, repeats=repeats)
             if "d_latent" in extra:
                 shape = {"d_latent": extra["d_latent"]}
             else:
